@@ -1,0 +1,1 @@
+"""swapcast serving side: pipeline stages, runtime, media and the CLI."""

@@ -1,0 +1,40 @@
+"""`swapcast` console script: one sub-command module per job, user errors printed as one line."""
+
+import argparse
+import logging
+import sys
+from collections.abc import Sequence
+
+from app.commands import COMMANDS
+from app.errors import ModelError, UserError
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="swapcast", description="Real-time face swap: files, benchmarks, models.")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log debug messages")
+    sub = parser.add_subparsers(dest="command", required=True)
+    for register in COMMANDS:
+        register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.WARNING,
+        format="%(levelname)s %(name)s: %(message)s",
+    )
+    try:
+        code: int = args.func(args)
+    except (UserError, ModelError) as exc:
+        print(f"swapcast: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("swapcast: interrupted", file=sys.stderr)
+        return 130
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

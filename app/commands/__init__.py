@@ -1,0 +1,17 @@
+"""Sub-commands of the `swapcast` CLI. Each module exposes `register(subparsers)`."""
+
+import argparse
+from collections.abc import Callable
+
+Register = Callable[["argparse._SubParsersAction[argparse.ArgumentParser]"], None]
+
+
+def _commands() -> list[Register]:
+    # Imported here so that `app.commands` stays cheap to import and each command module loads its
+    # heavy dependencies (onnxruntime, av) only when run.
+    from app.commands import models, swap
+
+    return [swap.register, models.register]
+
+
+COMMANDS: list[Register] = _commands()

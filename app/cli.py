@@ -4,15 +4,23 @@ import argparse
 import logging
 import sys
 from collections.abc import Sequence
+from typing import NoReturn
 
 from app.commands import COMMANDS
 from app.errors import ModelError, UserError
 
 
+class _OneLineParser(argparse.ArgumentParser):
+    """Usage mistakes get the same single error line as every other failure."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="swapcast", description="Real-time face swap: files, benchmarks, models.")
+    parser = _OneLineParser(prog="swapcast", description="Real-time face swap: files, benchmarks, models.")
     parser.add_argument("-v", "--verbose", action="store_true", help="log debug messages")
-    sub = parser.add_subparsers(dest="command", required=True)
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_OneLineParser)
     for register in COMMANDS:
         register(sub)
     return parser

@@ -1,0 +1,72 @@
+"""Alignment: fit a similarity transform from 5 landmarks to a template and warp crops.
+
+The templates are the published ones, in coordinates normalised to the crop size. The fit is the Umeyama
+least-squares similarity that insightface's alignment uses (scikit-image's implementation), so our crops
+match the ones the swap models were trained on.
+"""
+
+from dataclasses import dataclass
+
+import cv2
+import numpy as np
+from skimage.transform import SimilarityTransform
+
+from app.pipeline.types import AlignedFace, Face, Image, Matrix, Points
+
+TEMPLATES: dict[str, np.ndarray] = {
+    "arcface_112_v2": np.array(
+        [[0.34191607, 0.46157411], [0.65653393, 0.45983393], [0.50022500, 0.64050536],
+         [0.37097589, 0.82469196], [0.63151696, 0.82325089]]
+    ),
+    "arcface_128": np.array(
+        [[0.36167656, 0.40387734], [0.63696719, 0.40235469], [0.50019687, 0.56044219],
+         [0.38710391, 0.72160547], [0.61507734, 0.72034453]]
+    ),
+    "arcface_112_v1": np.array(
+        [[0.35473214, 0.45658929], [0.64526786, 0.45658929], [0.50000000, 0.61154464],
+         [0.37913393, 0.77687500], [0.62086607, 0.77687500]]
+    ),
+    "ffhq_512": np.array(
+        [[0.37691676, 0.46864664], [0.62285697, 0.46912813], [0.50123859, 0.61331904],
+         [0.39308822, 0.72541100], [0.61150205, 0.72490465]]
+    ),
+}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class AlignSpec:
+    """Which template and crop size a model expects."""
+
+    template: str
+    size: int
+
+    def __post_init__(self) -> None:
+        if self.template not in TEMPLATES:
+            raise ValueError(f"unknown alignment template {self.template!r}; known: {', '.join(TEMPLATES)}")
+
+
+def estimate_matrix(landmarks: Points, spec: AlignSpec) -> Matrix:
+    """2x3 matrix mapping frame coordinates onto the template at `spec.size` pixels."""
+    destination = TEMPLATES[spec.template] * spec.size
+    transform = SimilarityTransform.from_estimate(np.asarray(landmarks, np.float64), destination)
+    return np.asarray(transform.params[:2, :], np.float64)
+
+
+def warp_crop(image: Image, matrix: Matrix, size: int) -> Image:
+    # Black outside the frame, as the swap models saw in training (insightface crops the same way).
+    return cv2.warpAffine(image, matrix, (size, size), flags=cv2.INTER_LINEAR, borderValue=(0, 0, 0))
+
+
+def align_faces(frames: list[Image], faces: list[list[Face]], spec: AlignSpec) -> list[AlignedFace]:
+    """Crops of every face of every frame, flattened in frame order."""
+    aligned: list[AlignedFace] = []
+    for index, (frame, frame_faces) in enumerate(zip(frames, faces, strict=True)):
+        for face in frame_faces:
+            matrix = estimate_matrix(face.landmarks, spec)
+            aligned.append(AlignedFace(index, face, warp_crop(frame, matrix, spec.size), matrix))
+    return aligned
+
+
+def transform_points(points: np.ndarray, matrix: np.ndarray) -> np.ndarray:
+    pts = np.asarray(points, np.float64)
+    return pts @ matrix[:, :2].T + matrix[:, 2]

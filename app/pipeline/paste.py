@@ -1,0 +1,117 @@
+"""Paste-back: warp each swapped crop into the frame, limited to the face's bounding region.
+
+insightface warps the crop and its mask onto the whole frame for every face (cost grows with the frame);
+here only the region the crop covers is touched, so the cost follows the face's size, not the frame's.
+"""
+
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Literal
+
+import cv2
+import numpy as np
+
+from app.pipeline.color import lab_stats, transfer_color
+from app.pipeline.types import Image, Matrix
+
+MaskShape = Literal["box", "ellipse"]
+
+
+@dataclass(frozen=True)
+class PasteConfig:
+    mask: MaskShape = "box"  # box: the whole crop (models that redraw it); ellipse: the face alone
+    margin: float = 0.04  # fraction of the crop left out at each edge, beyond the feather
+    feather: float = 0.05  # Gaussian sigma of the feather, as a fraction of the crop size
+    color_strength: float = 1.0  # 0 = no colour correction toward the target
+
+
+@dataclass
+class PasteItem:
+    """One swapped face: `swapped` is a square crop; `matrix` maps frame -> swapped-crop pixels;
+    `target` is the original aligned crop (any square size) for colour statistics."""
+
+    swapped: Image
+    matrix: Matrix
+    target: Image
+
+
+# The face proper in arcface_128 crops (eyes at y≈0.40, mouth at y≈0.72): brows to chin, cheek to cheek.
+ELLIPSE_CENTRE = (0.5, 0.57)
+ELLIPSE_AXES = (0.31, 0.36)
+
+
+@lru_cache(maxsize=16)
+def feather_mask(size: int, shape: MaskShape, margin: float, feather: float) -> np.ndarray:
+    """A float32 [size,size] mask: 1 inside, 0 at the border, smooth in between."""
+    sigma = max(0.5, size * feather)
+    # Inset the solid part by the margin plus two sigmas of feather, so the ramp reaches zero inside the crop.
+    edge = max(1, round(size * margin + 2 * sigma))
+    mask = np.zeros((size, size), np.float32)
+    if shape == "ellipse":
+        centre = (round(ELLIPSE_CENTRE[0] * size), round(ELLIPSE_CENTRE[1] * size))
+        axes = (round(ELLIPSE_AXES[0] * size), round(ELLIPSE_AXES[1] * size))
+        cv2.ellipse(mask, centre, axes, 0.0, 0.0, 360.0, 1.0, thickness=-1)
+        mask[:edge], mask[-edge:], mask[:, :edge], mask[:, -edge:] = 0.0, 0.0, 0.0, 0.0
+    else:
+        mask[edge:-edge, edge:-edge] = 1.0
+    blurred = cv2.GaussianBlur(mask, (0, 0), sigmaX=sigma, sigmaY=sigma, borderType=cv2.BORDER_CONSTANT)
+    blurred[blurred < 5e-3] = 0.0  # an invisible step, so the border is exactly untouched
+    blurred.setflags(write=False)
+    return blurred
+
+
+def crop_region(matrix: Matrix, size: int, frame_shape: tuple[int, ...]) -> tuple[int, int, int, int] | None:
+    """Bounding box (x0, y0, x1, y1) in the frame of a size×size crop placed by `matrix`, clipped."""
+    inverse = cv2.invertAffineTransform(matrix)
+    corners = np.array([[0, 0], [size, 0], [0, size], [size, size]], np.float64)
+    mapped = corners @ inverse[:, :2].T + inverse[:, 2]
+    height, width = frame_shape[:2]
+    x0 = max(0, int(np.floor(mapped[:, 0].min())))
+    y0 = max(0, int(np.floor(mapped[:, 1].min())))
+    x1 = min(width, int(np.ceil(mapped[:, 0].max())) + 1)
+    y1 = min(height, int(np.ceil(mapped[:, 1].max())) + 1)
+    if x1 <= x0 or y1 <= y0:
+        return None
+    return x0, y0, x1, y1
+
+
+class PasteBack:
+    """Stage: (frame, its swapped faces) -> a new frame with the faces blended in."""
+
+    name = "paste"
+
+    def __init__(self, config: PasteConfig | None = None) -> None:
+        self.config = config or PasteConfig()
+
+    def _mask(self, size: int) -> np.ndarray:
+        return feather_mask(size, self.config.mask, self.config.margin, self.config.feather)
+
+    def corrected(self, item: PasteItem) -> np.ndarray:
+        """The swapped crop, colour-matched to the target under the face mask (float32)."""
+        if self.config.color_strength <= 0:
+            return item.swapped.astype(np.float32)
+        swapped_stats = lab_stats(item.swapped, self._mask(item.swapped.shape[0]))
+        target_stats = lab_stats(item.target, self._mask(item.target.shape[0]))
+        return transfer_color(item.swapped, swapped_stats, target_stats, self.config.color_strength)
+
+    def paste(self, frame: Image, items: list[PasteItem]) -> Image:
+        out = frame.copy()
+        for item in items:
+            size = item.swapped.shape[0]
+            region = crop_region(item.matrix, size, out.shape)
+            if region is None:
+                continue
+            x0, y0, x1, y1 = region
+            # Inverse warp straight into the region: shift the inverse matrix by the region's origin.
+            inverse = cv2.invertAffineTransform(item.matrix)
+            inverse[:, 2] -= (x0, y0)
+            dsize = (x1 - x0, y1 - y0)
+            face = cv2.warpAffine(self.corrected(item), inverse, dsize, flags=cv2.INTER_LINEAR)
+            alpha = cv2.warpAffine(self._mask(size), inverse, dsize, flags=cv2.INTER_LINEAR)[..., None]
+            roi = out[y0:y1, x0:x1].astype(np.float32)
+            blended = roi + alpha * (face - roi)
+            out[y0:y1, x0:x1] = np.clip(np.rint(blended), 0, 255).astype(np.uint8)
+        return out
+
+    def process(self, batch: list[tuple[Image, list[PasteItem]]]) -> list[Image]:
+        return [self.paste(frame, items) for frame, items in batch]

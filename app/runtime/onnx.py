@@ -1,0 +1,78 @@
+"""ONNX Runtime behind the small interface every model backend offers: named inputs in, outputs out, by batch."""
+
+import logging
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import numpy as np
+import numpy.typing as npt
+import onnxruntime as ort
+
+from app.errors import ModelError
+
+log = logging.getLogger(__name__)
+
+Array = npt.NDArray[np.float32]
+
+# Preferred order when several are installed; CPU is always last and always available.
+_PROVIDER_ORDER = ("TensorrtExecutionProvider", "CUDAExecutionProvider", "CPUExecutionProvider")
+
+
+def available_providers(requested: Sequence[str] | None = None) -> list[str]:
+    installed = set(ort.get_available_providers())
+    wanted = list(requested) if requested else list(_PROVIDER_ORDER)
+    chosen = [p for p in wanted if p in installed]
+    if "CPUExecutionProvider" not in chosen:
+        chosen.append("CPUExecutionProvider")
+    return chosen
+
+
+def default_threads() -> int:
+    configured = os.environ.get("SWAPCAST_THREADS")
+    return int(configured) if configured else (os.cpu_count() or 1)
+
+
+class OnnxModel:
+    """One ONNX Runtime session. `run` takes a whole batch; graphs with a fixed batch of 1 are run item by
+    item (said once in the log), so callers never need to know."""
+
+    def __init__(
+        self,
+        path: Path,
+        *,
+        threads: int | None = None,
+        providers: Sequence[str] | None = None,
+    ) -> None:
+        self.path = Path(path)
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = threads or default_threads()
+        options.inter_op_num_threads = 1
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        try:
+            self.session = ort.InferenceSession(
+                str(self.path), sess_options=options, providers=available_providers(providers)
+            )
+        except Exception as exc:  # ORT raises several unrelated types for unreadable graphs
+            raise ModelError(f"cannot load model {self.path}: {exc}") from exc
+        self.input_names = [i.name for i in self.session.get_inputs()]
+        self.output_names = [o.name for o in self.session.get_outputs()]
+        first = self.session.get_inputs()[0].shape
+        self.input_shape: list[int | str | None] = list(first)
+        self.fixed_batch = isinstance(first[0], int) and first[0] == 1
+        self._loop_said = False
+
+    @property
+    def providers(self) -> list[str]:
+        return list(self.session.get_providers())
+
+    def run(self, feeds: Mapping[str, np.ndarray]) -> list[Array]:
+        """Run a batch (the first axis of every input)."""
+        batch = next(iter(feeds.values())).shape[0]
+        if not self.fixed_batch or batch == 1:
+            return [np.asarray(o) for o in self.session.run(self.output_names, dict(feeds))]
+        if not self._loop_said:
+            log.info("%s has a fixed batch of 1: running %d items one by one", self.path.name, batch)
+            self._loop_said = True
+        parts = [self.session.run(self.output_names, {k: v[i : i + 1] for k, v in feeds.items()}) for i in range(batch)]
+        return [np.concatenate([p[j] for p in parts], axis=0) for j in range(len(self.output_names))]

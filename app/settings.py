@@ -1,0 +1,27 @@
+"""Settings from the environment (prefix SWAPCAST_), validated once at start-up."""
+
+from typing import Literal
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+EngineName = Literal["inswapper", "classic", "passthrough"]
+
+
+class PipelineSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="SWAPCAST_", extra="ignore")
+
+    engine: EngineName = "classic"
+    swapper_model: str = "inswapper_128"
+    recognizer_model: str = "arcface_w600k_r50"
+    detector_model: str = "retinaface_mnet025"
+    enhancer_model: str | None = None  # e.g. realesr_animevideov3_x2; None = no enhancement
+    enhance_blend: float = Field(1.0, ge=0.0, le=1.0)
+    detect_size: int = Field(640, ge=128, le=2048)
+    detect_threshold: float = Field(0.6, gt=0.0, lt=1.0)
+    detect_interval: int = Field(1, ge=1, le=60)
+    refine_landmarks: bool = True  # second detector pass per face: steadier alignment, ~2 small runs per face
+    faces: Literal["all", "largest"] = "all"
+    color_strength: float = Field(1.0, ge=0.0, le=1.0)
+    mask: Literal["auto", "box", "ellipse"] = "auto"
+    threads: int | None = Field(None, ge=1)

@@ -1,0 +1,299 @@
+"""The model directory: where each model's file is, whether it is intact, and how to get it.
+
+``ModelStore.path(name)`` is what loaders call: it returns the path of a file whose sha256 matches
+the manifest (or, for files this project imported or built, the local manifest written when they
+were made), or raises a ModelError that says which command gets it. Hashing a large model takes
+seconds, so a verified result is remembered in memory for as long as the file's size and
+modification time stay the same.
+
+``ensure(name)`` also makes ``import`` and ``build`` entries on the spot (they need no network);
+downloads are only ever started by ``engines.fetch``.
+"""
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Literal
+
+try:
+    import fcntl
+except ImportError:  # not on Windows: threads are still serialised
+    fcntl = None  # type: ignore[assignment]
+
+from engines import registry
+from engines.errors import ModelError
+from engines.paths import model_dir
+from engines.registry import ModelEntry
+
+Status = Literal["missing", "present", "verified", "corrupt"]
+
+MANIFEST_NAME = "local-manifest.json"
+_CHUNK = 1 << 20
+
+
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        while chunk := f.read(_CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+@dataclass(frozen=True, slots=True)
+class LocalRecord:
+    """What was written into the model directory by an import, a build or an unpinned download."""
+
+    name: str
+    file: str
+    sha256: str
+    size: int
+    source: str
+    created: str
+
+
+def read_local_manifest(root: Path) -> dict[str, LocalRecord]:
+    """Records by model name; an unreadable manifest is a ModelError naming the file."""
+    path = root / MANIFEST_NAME
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return {}
+    except (OSError, ValueError) as exc:
+        raise ModelError(f"cannot read the local model manifest {path} ({exc}): delete it and re-import") from None
+    try:
+        return {name: LocalRecord(**fields) for name, fields in raw.get("models", {}).items()}
+    except (TypeError, AttributeError) as exc:
+        raise ModelError(f"the local model manifest {path} is malformed ({exc}): delete it and re-import") from None
+
+
+_MANIFEST_LOCK = threading.Lock()
+
+
+@contextmanager
+def _manifest_lock(root: Path) -> Iterator[None]:
+    """Serialise manifest updates between threads and, where flock exists, between processes."""
+    with _MANIFEST_LOCK:
+        if fcntl is None:
+            yield
+            return
+        with (root / f".{MANIFEST_NAME}.lock").open("a") as handle:
+            fcntl.flock(handle, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def write_local_record(root: Path, record: LocalRecord) -> None:
+    """Add or replace one record; the manifest is rewritten atomically."""
+    root.mkdir(parents=True, exist_ok=True)
+    with _manifest_lock(root):
+        records = read_local_manifest(root)
+        records[record.name] = record
+        body = {"models": {name: asdict(rec) for name, rec in sorted(records.items())}}
+        fd, tmp = tempfile.mkstemp(prefix=f".{MANIFEST_NAME}.", dir=root)
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                json.dump(body, f, indent=2)
+                f.write("\n")
+            os.chmod(tmp, 0o644)
+            os.replace(tmp, root / MANIFEST_NAME)
+        finally:
+            Path(tmp).unlink(missing_ok=True)
+
+
+def make_record(entry: ModelEntry, path: Path, sha256: str) -> LocalRecord:
+    return LocalRecord(
+        name=entry.name,
+        file=entry.file,
+        sha256=sha256,
+        size=path.stat().st_size,
+        source=entry.source,
+        created=datetime.now(UTC).isoformat(timespec="seconds"),
+    )
+
+
+# (resolved path, size, mtime_ns, expected sha256) -> whether the file matched
+_VERIFIED: dict[tuple[str, int, int, str], bool] = {}
+_VERIFIED_LOCK = threading.Lock()
+
+
+def check_file(path: Path, sha256: str) -> bool:
+    """Whether ``path`` hashes to ``sha256``, remembered while its size and mtime are unchanged."""
+    st = path.stat()
+    key = (str(path.resolve()), st.st_size, st.st_mtime_ns, sha256)
+    with _VERIFIED_LOCK:
+        known = _VERIFIED.get(key)
+    if known is not None:
+        return known
+    ok = sha256_file(path) == sha256
+    with _VERIFIED_LOCK:
+        _VERIFIED[key] = ok
+    return ok
+
+
+def remember_verified(path: Path, sha256: str) -> None:
+    """Record that ``path`` (as it is now) was just hashed to ``sha256``, so it is not hashed again."""
+    st = path.stat()
+    with _VERIFIED_LOCK:
+        _VERIFIED[(str(path.resolve()), st.st_size, st.st_mtime_ns, sha256)] = True
+
+
+def how_to_get(entry: ModelEntry) -> str:
+    """The command(s) that put this model in place."""
+    if entry.source == "download":
+        return (
+            f"run `swapcast models fetch {entry.name}`, or download {entry.file} yourself and run "
+            f"`swapcast models import {entry.name} --from FILE`"
+        )
+    if entry.source == "import":
+        return f"run `swapcast models import {entry.name}` (needs `pip install 'swapcast[assets]'`)"
+    full = " --full" if entry.name == "reference_swapper_full" else ""
+    return f"run `swapcast models build-reference{full}`"
+
+
+def _import_retinaface(dest: Path) -> Path:
+    from engines.importers.retinaface import import_retinaface
+
+    return import_retinaface(dest)
+
+
+def _import_realesrgan(name: str) -> Callable[[Path], Path]:
+    def run(dest: Path) -> Path:
+        from engines.importers.realesrgan import import_realesrgan
+
+        return import_realesrgan(name, dest)
+
+    return run
+
+
+def _build_swapper(width: Literal["full", "narrow"]) -> Callable[[Path], Path]:
+    def run(dest: Path) -> Path:
+        from engines.reference.swapper import build_reference_swapper
+
+        return build_reference_swapper(dest / f"reference_swapper_{width}.onnx", width=width, seed=0)
+
+    return run
+
+
+def _build_recognizer(dest: Path) -> Path:
+    from engines.reference.recognizer import build_reference_recognizer
+
+    return build_reference_recognizer(dest / "reference_recognizer.onnx", seed=0)
+
+
+# How each import/build entry is made: a function writing the file into a given directory.
+PRODUCERS: dict[str, Callable[[Path], Path]] = {
+    "retinaface_mnet025": _import_retinaface,
+    **{e.name: _import_realesrgan(e.name) for e in registry.entries("import") if e.name.startswith("realesr")},
+    "reference_swapper_narrow": _build_swapper("narrow"),
+    "reference_swapper_full": _build_swapper("full"),
+    "reference_recognizer": _build_recognizer,
+}
+
+
+class ModelStore:
+    """Model files under one directory (``SWAPCAST_MODEL_DIR`` or the user cache by default)."""
+
+    def __init__(self, root: Path | None = None) -> None:
+        self.root = root if root is not None else model_dir()
+
+    def file_path(self, name: str) -> Path:
+        """Where the model's file lives, whether or not it is there."""
+        return self.root / registry.get_entry(name).file
+
+    def expected(self, name: str) -> tuple[str | None, int | None]:
+        """The sha256 and size the file must have: the manifest's, else the local manifest's."""
+        entry = registry.get_entry(name)
+        if entry.sha256 is not None:
+            return entry.sha256, entry.size
+        record = read_local_manifest(self.root).get(name)
+        if record is not None and record.file == entry.file:
+            return record.sha256, record.size
+        return None, entry.size
+
+    def status(self, name: str) -> Status:
+        """missing, present (nothing to check it against), verified, or corrupt."""
+        path = self.file_path(name)
+        try:
+            size = path.stat().st_size
+        except FileNotFoundError:
+            return "missing"
+        if not path.is_file():
+            return "corrupt"
+        sha256, expected_size = self.expected(name)
+        if expected_size is not None and size != expected_size:
+            return "corrupt"
+        if sha256 is None:
+            return "present"
+        return "verified" if check_file(path, sha256) else "corrupt"
+
+    def path(self, name: str) -> Path:
+        """The verified path of the model; a ModelError saying how to get it otherwise."""
+        entry = registry.get_entry(name)
+        path = self.root / entry.file
+        status = self.status(name)
+        if status == "verified":
+            return path
+        if status == "missing":
+            raise ModelError(f"model {name} ({registry.describe(entry)}) is not in {self.root}: {how_to_get(entry)}")
+        if status == "present":
+            raise ModelError(f"model {name} at {path} has no recorded sha256 to check it against: {how_to_get(entry)}")
+        sha256, size = self.expected(name)
+        wanted = f"sha256 {sha256}" if size is None else f"{size:,} bytes, sha256 {sha256}"
+        raise ModelError(
+            f"model {name} at {path} is corrupt (it does not match {wanted}): delete it and {how_to_get(entry)}"
+        )
+
+    def ensure(self, name: str) -> Path:
+        """Like ``path``, but imports or builds ``import``/``build`` entries that are missing or stale.
+
+        Never downloads: a missing ``download`` entry raises the same ModelError as ``path``.
+        """
+        entry = registry.get_entry(name)
+        if entry.source != "download" and self.status(name) != "verified":
+            return self.produce(name)
+        return self.path(name)
+
+    def produce(self, name: str) -> Path:
+        """Import or build the model now, record its sha256 in the local manifest, return its path."""
+        entry = registry.get_entry(name)
+        if entry.source == "download":
+            raise ModelError(f"model {name} is downloaded, not imported or built: {how_to_get(entry)}")
+        producer = PRODUCERS.get(name)
+        if producer is None:
+            raise ModelError(f"no importer or builder is known for model {name}")
+        self.root.mkdir(parents=True, exist_ok=True)
+        work = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=self.root))
+        try:
+            try:
+                made = producer(work)
+            except ImportError as exc:
+                raise ModelError(f"cannot make model {name}: its importer or builder is missing ({exc})") from None
+            if not made.is_file():
+                raise ModelError(f"making model {name} did not produce a file (expected {made})")
+            sha256 = sha256_file(made)
+            size = made.stat().st_size
+            if entry.sha256 is not None and sha256 != entry.sha256:
+                raise ModelError(
+                    f"model {name} came out with sha256 {sha256}, expected {entry.sha256}: "
+                    f"the installed package is not the version this release pins"
+                )
+            if entry.size is not None and size != entry.size:
+                raise ModelError(f"model {name} came out {size:,} bytes, expected {entry.size:,}")
+            dest = self.root / entry.file
+            os.chmod(made, 0o644)  # writers that go through mkstemp leave 0600
+            os.replace(made, dest)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+        write_local_record(self.root, make_record(entry, dest, sha256))
+        remember_verified(dest, sha256)
+        return dest

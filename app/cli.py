@@ -4,7 +4,7 @@ import argparse
 import logging
 import sys
 from collections.abc import Sequence
-from typing import NoReturn
+from typing import NoReturn, cast
 
 from app.commands import COMMANDS
 from app.errors import ModelError, UserError
@@ -20,7 +20,10 @@ class _OneLineParser(argparse.ArgumentParser):
 def build_parser() -> argparse.ArgumentParser:
     parser = _OneLineParser(prog="swapcast", description="Real-time face swap: files, benchmarks, models.")
     parser.add_argument("-v", "--verbose", action="store_true", help="log debug messages")
-    sub = parser.add_subparsers(dest="command", required=True, parser_class=_OneLineParser)
+    sub = cast(
+        "argparse._SubParsersAction[argparse.ArgumentParser]",
+        parser.add_subparsers(dest="command", required=True, parser_class=_OneLineParser),
+    )
     for register in COMMANDS:
         register(sub)
     return parser

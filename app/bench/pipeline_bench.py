@@ -30,7 +30,7 @@ from app.pipeline.swap import InswapperEngine
 from app.pipeline.timing import StageTimer, percentiles_ms
 from app.pipeline.types import Image
 from app.runtime.onnx import OnnxModel
-from engines.registry import get as registry_entry
+from engines.registry import get_entry as registry_entry
 from engines.store import ModelStore
 
 
@@ -98,7 +98,7 @@ class TimedEncoder:
 
 def decode_timed(data: bytes, timer: StageTimer) -> list[Image]:
     out = []
-    with av.open(io.BytesIO(data)) as container:
+    with av.open(io.BytesIO(data), mode="r") as container:
         frames = container.decode(video=0)
         while True:
             start = time.perf_counter()
@@ -106,7 +106,7 @@ def decode_timed(data: bytes, timer: StageTimer) -> list[Image]:
                 frame = next(frames)
             except StopIteration:
                 break
-            image = frame.to_ndarray(format="bgr24")
+            image = np.asarray(frame.to_ndarray(format="bgr24"), np.uint8)
             timer.add("decode", time.perf_counter() - start)
             out.append(image)
     return out

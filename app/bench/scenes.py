@@ -32,5 +32,6 @@ def jittered(frame: Image, count: int, seed: int = 0) -> list[Image]:
     for _ in range(count):
         dx, dy = rng.uniform(-3, 3, size=2)
         matrix = np.array([[1.0, 0.0, dx], [0.0, 1.0, dy]])
-        out.append(cv2.warpAffine(frame, matrix, (frame.shape[1], frame.shape[0]), borderMode=cv2.BORDER_REFLECT))
+        shifted = cv2.warpAffine(frame, matrix, (frame.shape[1], frame.shape[0]), borderMode=cv2.BORDER_REFLECT)
+        out.append(np.asarray(shifted, np.uint8))
     return out

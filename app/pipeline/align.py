@@ -54,7 +54,8 @@ def estimate_matrix(landmarks: Points, spec: AlignSpec) -> Matrix:
 
 def warp_crop(image: Image, matrix: Matrix, size: int) -> Image:
     # Black outside the frame, as the swap models saw in training (insightface crops the same way).
-    return cv2.warpAffine(image, matrix, (size, size), flags=cv2.INTER_LINEAR, borderValue=(0, 0, 0))
+    crop = cv2.warpAffine(image, matrix, (size, size), flags=cv2.INTER_LINEAR, borderValue=(0, 0, 0))
+    return np.asarray(crop, np.uint8)
 
 
 def align_faces(frames: list[Image], faces: list[list[Face]], spec: AlignSpec) -> list[AlignedFace]:

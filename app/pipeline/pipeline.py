@@ -116,7 +116,7 @@ class FramePipeline:
         size = crop.shape[0]
         wanted = int(np.clip(round(base / matrix_scale(face.matrix)), base, size))
         if wanted < size:
-            crop = cv2.resize(crop, (wanted, wanted), interpolation=cv2.INTER_AREA)
+            crop = np.asarray(cv2.resize(crop, (wanted, wanted), interpolation=cv2.INTER_AREA), np.uint8)
         return PasteItem(crop, face.matrix * (crop.shape[0] / base), face.crop)
 
     def swap_image(self, image: Image, source: PreparedSource) -> FrameResult:

@@ -2,8 +2,8 @@
 
 from typing import Protocol, TypeVar
 
-In = TypeVar("In", contravariant=True)
-Out = TypeVar("Out", covariant=True)
+In = TypeVar("In")
+Out = TypeVar("Out")
 
 
 class Stage(Protocol[In, Out]):

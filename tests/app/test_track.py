@@ -22,7 +22,10 @@ def moving_face(detector: RetinaFaceDetector, astronaut: Image) -> tuple[MotionC
     detections = detector.process(clip.frames)
     # The still's exact landmarks are unknown; the median of every frame's detection mapped back onto
     # the still estimates them, so what is measured below is tracking error, not the detector's offset.
-    back = [transform_points(d[0].landmarks, cv2.invertAffineTransform(m)) for d, m in zip(detections, clip.matrices, strict=True)]  # fmt: skip
+    back = [
+        transform_points(found[0].landmarks, cv2.invertAffineTransform(matrix))
+        for found, matrix in zip(detections, clip.matrices, strict=True)
+    ]
     return clip, detections, np.median(np.stack(back), axis=0)
 
 

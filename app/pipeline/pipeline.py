@@ -12,6 +12,7 @@ import numpy as np
 
 from app.errors import UserError
 from app.pipeline.align import align_faces
+from app.pipeline.calls import DirectCalls, ModelCalls
 from app.pipeline.detect import RetinaFaceDetector
 from app.pipeline.enhance import RealEsrganEnhancer
 from app.pipeline.paste import PasteBack, PasteConfig, PasteItem
@@ -48,12 +49,17 @@ class FramePipeline:
         engine: SwapEngine,
         enhancer: RealEsrganEnhancer | None = None,
         config: PipelineConfig | None = None,
+        calls: ModelCalls | None = None,
     ) -> None:
         self.detector = detector
         self.engine = engine
         self.enhancer = enhancer
         self.config = config or PipelineConfig()
         self.paster = PasteBack(self.config.paste)
+        self.calls: ModelCalls = calls or DirectCalls(detector, engine, enhancer)
+
+    def close(self) -> None:
+        self.calls.close()
 
     def new_stream(self) -> FaceTracker:
         """Per-stream state for video: tracking and detection interval."""
@@ -73,12 +79,14 @@ class FramePipeline:
             raise UserError(f"the source image has {len(faces)} faces; face index {face_index} does not exist")
         return self.engine.prepare(image, face)
 
-    def locate(self, frames: list[Image], tracker: FaceTracker | None, timer: StageTimer) -> list[list[Face]]:
+    def locate(
+        self, frames: list[Image], tracker: FaceTracker | None, timer: StageTimer, session: str = "default"
+    ) -> list[list[Face]]:
         due = list(range(len(frames))) if tracker is None else [i for i in range(len(frames)) if tracker.due_at(i)]
         detected: dict[int, list[Face]] = {}
         if due:
             with timer.stage("detect"):
-                found = self.detector.process([frames[i] for i in due])
+                found = self.calls.detect([frames[i] for i in due], session)
             detected = dict(zip(due, found, strict=True))
         if tracker is None:
             return [detected[i] for i in range(len(frames))]
@@ -91,17 +99,20 @@ class FramePipeline:
         source: PreparedSource,
         tracker: FaceTracker | None = None,
         timer: StageTimer | None = None,
+        session: str = "default",
     ) -> list[FrameResult]:
+        """Swap `source` into every selected face of `frames`. `session` names the caller for the
+        batchers' fairness when several streams share the models."""
         timer = timer or StageTimer()
-        located = self.locate(frames, tracker, timer)
+        located = self.locate(frames, tracker, timer, session)
         chosen = [select_faces(faces, self.config.faces) for faces in located]
         with timer.stage("align"):
             aligned = align_faces(frames, chosen, self.engine.align)
         with timer.stage("swap"):
-            swapped = self.engine.process([SwapItem(a.crop, source) for a in aligned])
+            swapped = self.calls.swap([SwapItem(a.crop, source) for a in aligned], session)
         if self.enhancer is not None and swapped:
             with timer.stage("enhance"):
-                swapped = self.enhancer.process(swapped)
+                swapped = self.calls.enhance(swapped, session)
         with timer.stage("paste"):
             items: list[list[PasteItem]] = [[] for _ in frames]
             for face, crop in zip(aligned, swapped, strict=True):

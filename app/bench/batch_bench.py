@@ -1,0 +1,175 @@
+"""`swapcast bench-batch`: N live sessions at 30 fps sharing the models, batched versus one model call per
+frame, side by side in one run.
+
+Each simulated session behaves like a live stream: a new frame is offered every 1/30 s, the session
+works on the newest one when it is free and the frames offered meanwhile are dropped (counted).
+Frames are 640×480 views of a real face (scikit-image's astronaut) with known motion.
+"""
+
+import os
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from app.media.clips import load_sample, make_motion_clip
+from app.pipeline.calls import BatchedCalls, BatchPlan, BatchSettings, DirectCalls, ModelCalls
+from app.pipeline.detect import RetinaFaceDetector
+from app.pipeline.paste import PasteConfig
+from app.pipeline.pipeline import FramePipeline, PipelineConfig
+from app.pipeline.recognize import ArcFaceRecognizer
+from app.pipeline.swap import InswapperEngine, PreparedSource
+from app.pipeline.timing import percentiles_ms
+from app.pipeline.types import Image
+from app.runtime.onnx import OnnxModel
+from engines.store import ModelStore
+
+
+@dataclass(frozen=True)
+class BatchBenchConfig:
+    networks: tuple[str, ...] = ("reference_swapper_narrow", "reference_swapper_full")
+    sessions: tuple[int, ...] = (1, 2, 4, 8)
+    seconds: dict[str, float] = field(
+        default_factory=lambda: {"reference_swapper_narrow": 4.0, "reference_swapper_full": 10.0}
+    )
+    fps: int = 30
+    max_batch: int = 8
+    max_delay_ms: float = 4.0
+    threads: int = field(default_factory=lambda: os.cpu_count() or 1)
+
+
+@dataclass
+class SessionResult:
+    latencies: list[float] = field(default_factory=list)
+    faces: int = 0
+    offered: int = 0
+    dropped: int = 0
+    errors: int = 0
+
+
+def run_session(
+    pipeline: FramePipeline,
+    source: PreparedSource,
+    frames: list[Image],
+    name: str,
+    start: float,
+    stop: float,
+    fps: int,
+    result: SessionResult,
+) -> None:
+    tracker = pipeline.new_stream()
+    next_index = 0
+    while True:
+        now = time.monotonic()
+        if now >= stop:
+            break
+        newest = int((now - start) * fps)
+        if newest < next_index:
+            time.sleep(max(0.0, start + next_index / fps - now))
+            continue
+        result.dropped += newest - next_index
+        offered_at = start + newest / fps
+        try:
+            (out,) = pipeline.process([frames[newest % len(frames)]], source, tracker, session=name)
+        except Exception:  # a batcher error for this frame: counted, the session goes on
+            result.errors += 1
+        else:
+            result.latencies.append(time.monotonic() - offered_at)
+            result.faces += len(out.faces)
+        next_index = newest + 1
+    result.offered = int((stop - start) * fps)
+
+
+def run_cell(
+    pipeline: FramePipeline, source: PreparedSource, frames: list[Image], sessions: int, seconds: float, fps: int
+) -> dict[str, Any]:
+    results = [SessionResult() for _ in range(sessions)]
+    start = time.monotonic() + 0.05
+    stop = start + seconds
+    threads = [
+        threading.Thread(
+            target=run_session,
+            args=(pipeline, source, frames, f"s{i}", start + i / (fps * sessions), stop, fps, results[i]),
+        )
+        for i in range(sessions)
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    elapsed = time.monotonic() - start  # includes finishing the frames in flight at `stop`
+    latencies = [x for r in results for x in r.latencies]
+    offered = sum(r.offered for r in results)
+    processed = len(latencies)
+    return {
+        "faces_per_s": round(sum(r.faces for r in results) / elapsed, 2),
+        "frames_processed": processed,
+        "latency_ms": percentiles_ms(latencies),
+        "offered": offered,
+        "dropped": sum(r.dropped for r in results),
+        "dropped_fraction": round(1 - processed / offered, 3) if offered else None,
+        "errors": sum(r.errors for r in results),
+    }
+
+
+def _mean_batch(calls: ModelCalls, name: str) -> float | None:
+    if not isinstance(calls, BatchedCalls):
+        return None
+    return round(calls.batchers[name].stats().mean_batch_size, 2)
+
+
+def run_batch_bench(config: BatchBenchConfig, store: ModelStore | None = None) -> dict[str, Any]:
+    store = store or ModelStore()
+    still = load_sample("astronaut")
+    detector = RetinaFaceDetector(OnnxModel(store.ensure("retinaface_mnet025"), threads=config.threads))
+    (faces,) = detector.process([still])
+    centre = (float(faces[0].landmarks[:, 0].mean()), float(faces[0].landmarks[:, 1].mean()))
+    frames = make_motion_clip(still, size=(640, 480), frames=60, focus=centre, seed=1).frames
+    recognizer = ArcFaceRecognizer(OnnxModel(store.ensure("reference_recognizer"), threads=config.threads))
+    rows = []
+    for network in config.networks:
+        engine = InswapperEngine(OnnxModel(store.ensure(network), threads=config.threads), recognizer)
+        source = engine.prepare(still, faces[0])
+        seconds = config.seconds.get(network, 5.0)
+        for sessions in config.sessions:
+            cell: dict[str, Any] = {"network": network, "sessions": sessions}
+            for mode in ("unbatched", "batched"):
+                calls: ModelCalls
+                if mode == "batched":
+                    settings = BatchSettings(
+                        max_batch=config.max_batch, max_delay_ms=config.max_delay_ms, deadline_ms=None
+                    )
+                    calls = BatchedCalls(detector, engine, plan=BatchPlan(detect=settings, swap=settings))
+                else:
+                    detector.fixed_canvas = False
+                    calls = DirectCalls(detector, engine)
+                pipeline = FramePipeline(
+                    detector, engine, config=PipelineConfig(paste=PasteConfig(mask="box")), calls=calls
+                )
+                pipeline.process([frames[0]], source)  # warm-up
+                try:
+                    cell[mode] = run_cell(pipeline, source, frames, sessions, seconds, config.fps)
+                    cell[mode]["mean_batch_swap"] = _mean_batch(calls, "swap")
+                    cell[mode]["mean_batch_detect"] = _mean_batch(calls, "detect")
+                finally:
+                    pipeline.close()
+            unbatched, batched = cell["unbatched"], cell["batched"]
+            cell["ratio_faces_per_s"] = (
+                round(batched["faces_per_s"] / unbatched["faces_per_s"], 2) if unbatched["faces_per_s"] else None
+            )
+            p50_b, p50_u = batched["latency_ms"].get("p50"), unbatched["latency_ms"].get("p50")
+            cell["ratio_p50_latency"] = round(p50_b / p50_u, 2) if p50_b and p50_u else None
+            rows.append(cell)
+    return {
+        "benchmark": "batch",
+        "threads": config.threads,
+        "fps_per_session": config.fps,
+        "frame": "640x480, one real face",
+        "batcher": {"max_batch": config.max_batch, "max_delay_ms": config.max_delay_ms},
+        "swap_weights": "untrained reference networks (cost and plumbing only)",
+        "ratios": "batched / unbatched (faces_per_s above 1 and latency below 1 favour batching)",
+        "rows": rows,
+        "np_version": np.__version__,
+    }

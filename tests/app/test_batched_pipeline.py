@@ -1,0 +1,81 @@
+"""The pipeline through shared batchers: a frame's result does not depend on what it was batched with."""
+
+import threading
+
+import numpy as np
+import pytest
+from prometheus_client import CollectorRegistry
+
+from app.media.clips import make_motion_clip
+from app.pipeline.calls import BatchedCalls, BatchPlan, BatchSettings
+from app.pipeline.detect import DetectorConfig, RetinaFaceDetector
+from app.pipeline.paste import PasteConfig
+from app.pipeline.pipeline import FramePipeline, PipelineConfig
+from app.pipeline.recognize import ArcFaceRecognizer
+from app.pipeline.swap import InswapperEngine, SwapItem
+from app.pipeline.types import Image
+from app.runtime.onnx import OnnxModel
+from engines.store import ModelStore
+
+
+@pytest.fixture(scope="module")
+def parts(store: ModelStore) -> tuple[RetinaFaceDetector, InswapperEngine]:
+    detector = RetinaFaceDetector(OnnxModel(store.ensure("retinaface_mnet025"), threads=1), DetectorConfig())
+    recognizer = ArcFaceRecognizer(OnnxModel(store.ensure("reference_recognizer"), threads=1))
+    engine = InswapperEngine(OnnxModel(store.ensure("reference_swapper_narrow"), threads=1), recognizer)
+    return detector, engine
+
+
+def test_engine_batch_equals_single(parts: tuple[RetinaFaceDetector, InswapperEngine], t1: Image) -> None:
+    detector, engine = parts
+    (faces,) = detector.process([t1])
+    source = engine.prepare(t1, faces[0])
+    from app.pipeline.align import align_faces
+
+    crops = [a.crop for a in align_faces([t1], [faces], engine.align)]
+    batched = engine.process([SwapItem(c, source) for c in crops])
+    alone = [engine.process([SwapItem(c, source)])[0] for c in crops]
+    for a, b in zip(batched, alone, strict=True):
+        assert np.array_equal(a, b)
+
+
+def test_frames_batched_across_sessions_equal_frames_run_alone(
+    parts: tuple[RetinaFaceDetector, InswapperEngine], astronaut: Image, t1: Image
+) -> None:
+    detector, engine = parts
+    config = PipelineConfig(paste=PasteConfig(mask="box"))
+    registry = CollectorRegistry()
+    calls = BatchedCalls(
+        detector,
+        engine,
+        plan=BatchPlan(
+            detect=BatchSettings(max_batch=4, max_delay_ms=50, deadline_ms=None),
+            swap=BatchSettings(max_delay_ms=50, deadline_ms=None),
+        ),
+        registry=registry,
+    )
+    shared = FramePipeline(detector, engine, config=config, calls=calls)
+    source = shared.prepare_source(astronaut)
+    clip = make_motion_clip(astronaut, size=(480, 360), frames=4, seed=5)
+    frames = [*clip.frames, t1[:600, :800].copy()]
+    try:
+        alone = [shared.process([f], source, session="solo")[0].image for f in frames]
+        together: list[Image | None] = [None] * len(frames)
+
+        def run(i: int) -> None:
+            together[i] = shared.process([frames[i]], source, session=f"s{i}")[0].image
+
+        threads = [threading.Thread(target=run, args=(i,)) for i in range(len(frames))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        for a, b in zip(alone, together, strict=True):
+            assert b is not None and np.array_equal(a, b)
+        batch_sizes = registry.get_sample_value("swapcast_batcher_batch_size_sum", {"batcher": "detect"})
+        batches = registry.get_sample_value("swapcast_batcher_batch_size_count", {"batcher": "detect"})
+        assert batch_sizes is not None and batches is not None
+        assert batch_sizes / batches > 1.0, "concurrent sessions should have shared detector batches"
+    finally:
+        shared.close()
+        detector.fixed_canvas = False

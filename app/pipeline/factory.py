@@ -1,7 +1,12 @@
 """Builds a FramePipeline from settings and the model store, checking every model once at load time."""
 
+import logging
 from dataclasses import replace
 
+from prometheus_client import CollectorRegistry
+
+from app.errors import ModelError
+from app.pipeline.calls import BatchedCalls, BatchPlan
 from app.pipeline.detect import DetectorConfig, RetinaFaceDetector
 from app.pipeline.enhance import EnhanceConfig, RealEsrganEnhancer
 from app.pipeline.paste import PasteConfig
@@ -11,12 +16,33 @@ from app.pipeline.swap import ClassicEngine, InswapperEngine, PassthroughEngine,
 from app.pipeline.track import TrackerConfig
 from app.runtime.onnx import OnnxModel
 from app.settings import PipelineSettings
+from engines.onnx_batch import make_batch_dynamic
 from engines.registry import get_entry
 from engines.store import ModelStore
+
+log = logging.getLogger(__name__)
 
 
 def load_model(store: ModelStore, name: str, settings: PipelineSettings) -> OnnxModel:
     return OnnxModel(store.ensure(name), threads=settings.threads)
+
+
+def load_batchable(store: ModelStore, name: str, settings: PipelineSettings) -> OnnxModel:
+    """The model with a dynamic batch dimension. Graphs saved with a fixed batch of 1 (the real inswapper)
+    are rewritten once, verified item by item against the original, and cached beside it; a graph that
+    cannot be rewritten runs item by item, and the log says so once."""
+    model = load_model(store, name, settings)
+    if not model.fixed_batch:
+        return model
+    sha256, _ = store.expected(name)
+    dynamic = model.path.with_name(f"{model.path.stem}.{(sha256 or 'local')[:12]}.dynamic.onnx")
+    if not dynamic.is_file():
+        try:
+            make_batch_dynamic(model.path, dynamic)
+        except ModelError as exc:
+            log.warning("%s keeps its fixed batch of 1 (%s): faces run one by one", name, exc)
+            return model
+    return OnnxModel(dynamic, threads=settings.threads)
 
 
 def build_engine(settings: PipelineSettings, store: ModelStore) -> SwapEngine:
@@ -25,10 +51,18 @@ def build_engine(settings: PipelineSettings, store: ModelStore) -> SwapEngine:
     if settings.engine == "passthrough":
         return PassthroughEngine()
     recognizer = ArcFaceRecognizer(load_model(store, settings.recognizer_model, settings))
-    return InswapperEngine(load_model(store, settings.swapper_model, settings), recognizer)
+    return InswapperEngine(load_batchable(store, settings.swapper_model, settings), recognizer)
 
 
-def build_pipeline(settings: PipelineSettings, store: ModelStore | None = None) -> FramePipeline:
+def build_pipeline(
+    settings: PipelineSettings,
+    store: ModelStore | None = None,
+    *,
+    batching: BatchPlan | None = None,
+    registry: CollectorRegistry | None = None,
+) -> FramePipeline:
+    """The pipeline for `settings`. With `batching`, every model call goes through one shared dynamic
+    batcher per model (live serving); without, models are called directly (files, benchmarks)."""
     store = store or ModelStore()
     detector = RetinaFaceDetector(
         load_model(store, settings.detector_model, settings),
@@ -52,4 +86,5 @@ def build_pipeline(settings: PipelineSettings, store: ModelStore | None = None) 
         tracker=replace(TrackerConfig(), detect_interval=settings.detect_interval),
         paste=PasteConfig(mask=mask, color_strength=settings.color_strength),
     )
-    return FramePipeline(detector, engine, enhancer, config)
+    calls = BatchedCalls(detector, engine, enhancer, batching, registry) if batching else None
+    return FramePipeline(detector, engine, enhancer, config, calls)

@@ -2,7 +2,6 @@
 
 import argparse
 import os
-import sys
 from pathlib import Path
 
 from pydantic import ValidationError
@@ -75,34 +74,56 @@ def _check_paths(source: Path, target: Path, output: Path) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    kind = _check_paths(args.source, args.target, args.output)
+    _check_paths(args.source, args.target, args.output)
     settings = _settings(args)
     if args.batch_size < 1:
         raise UserError("--batch-size must be at least 1")
+    message = swap_file(
+        args.source,
+        args.target,
+        args.output,
+        settings,
+        source_face=args.source_face,
+        batch_size=args.batch_size,
+        progress=not args.no_progress,
+    )
+    print(message)
+    return 0
 
+
+def swap_file(
+    source_path: Path,
+    target: Path,
+    output: Path,
+    settings: PipelineSettings,
+    *,
+    source_face: int | None = None,
+    batch_size: int = 4,
+    progress: bool = True,
+) -> str:
+    """Swap the face of `source_path` into an image or video `target`, writing `output` atomically."""
+    kind = _check_paths(source_path, target, output)
     from app.media.video_file import probe, read_image, transcode, write_image
     from app.pipeline.factory import build_pipeline
 
-    source_image = read_image(args.source)
+    source_image = read_image(source_path)
     if kind == "video":
-        probe(args.target)  # a corrupt or non-video target fails here, before models load
+        probe(target)  # a corrupt or non-video target fails here, before models load
     else:
-        target_image = read_image(args.target)
+        target_image = read_image(target)
     pipeline = build_pipeline(settings)
-    source = pipeline.prepare_source(source_image, args.source_face)
+    source = pipeline.prepare_source(source_image, source_face)
 
     if kind == "image":
         result = pipeline.swap_image(target_image, source)
-        write_image(args.output, result.image)
-        print(f"swapped {len(result.faces)} face(s) -> {args.output}")
-        return 0
+        write_image(output, result.image)
+        return f"swapped {len(result.faces)} face(s) -> {output}"
 
     tracker = pipeline.new_stream()
 
     def process(frames: list[Image]) -> list[Image]:
         return [r.image for r in pipeline.process(frames, source, tracker)]
 
-    stats = transcode(args.target, args.output, process, batch_size=args.batch_size, progress=not args.no_progress)
-    audio = "audio copied" if stats.audio_copied else "no audio"
-    print(f"{stats.frames} frames at {stats.fps:.1f} fps, {audio} -> {args.output}", file=sys.stdout)
-    return 0
+    stats = transcode(target, output, process, batch_size=batch_size, progress=progress)
+    audio = "audio copied" if stats.audio_copied else ("audio re-encoded" if stats.audio_reencoded else "no audio")
+    return f"{stats.frames} frames at {stats.fps:.1f} fps, {audio} -> {output}"

@@ -36,8 +36,8 @@ class PasteItem:
 
 
 # The face proper in arcface_128 crops (eyes at y≈0.40, mouth at y≈0.72): brows to chin, cheek to cheek.
-ELLIPSE_CENTRE = (0.5, 0.57)
-ELLIPSE_AXES = (0.31, 0.36)
+ELLIPSE_CENTRE = (0.5, 0.61)
+ELLIPSE_AXES = (0.30, 0.32)
 
 
 @lru_cache(maxsize=16)

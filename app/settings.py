@@ -18,7 +18,7 @@ class PipelineSettings(BaseSettings):
     enhancer_model: str | None = None  # e.g. realesr_animevideov3_x2; None = no enhancement
     enhance_blend: float = Field(1.0, ge=0.0, le=1.0)
     detect_size: int = Field(640, ge=128, le=2048)
-    detect_threshold: float = Field(0.6, gt=0.0, lt=1.0)
+    detect_threshold: float = Field(0.75, gt=0.0, lt=1.0)
     detect_interval: int = Field(1, ge=1, le=60)
     refine_landmarks: bool = True  # second detector pass per face: steadier alignment, ~2 small runs per face
     faces: Literal["all", "largest"] = "all"

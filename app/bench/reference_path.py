@@ -54,6 +54,7 @@ class ReferencePath:
 
         self.timer = StageTimer()
         self.detect_size = detect_size
+        self.last_faces = 0
         providers = ["CPUExecutionProvider"]
         retinaface.ONNX_SESSION = ort.InferenceSession(str(detector_path), _options(threads), providers=providers)
         self._detect_faces = retinaface.detect_faces
@@ -74,10 +75,17 @@ class ReferencePath:
             # Detect at the same input size as our pipeline (insightface's wrappers resize too).
             scale = self.detect_size / max(frame.shape[:2])
             small = cv2.resize(frame, None, fx=scale, fy=scale, interpolation=cv2.INTER_AREA)
-            found = self._detect_faces(np.ascontiguousarray(small[..., ::-1]), score_threshold=0.6)
+            found = self._detect_faces(np.ascontiguousarray(small[..., ::-1]), score_threshold=0.75)
+        self.last_faces = len(found)
         result = frame
-        with self.timer.stage("swap_and_paste"):
-            for face in found:
-                kps = np.array([(p.x, p.y) for p in face.landmarks], np.float32) / scale
-                result = self.swapper.get(result, InsightFace(kps=kps), source, paste_back=True)
+        model_calls = len(self.timer.samples["model"])
+        start = time.perf_counter()
+        for face in found:
+            kps = np.array([(p.x, p.y) for p in face.landmarks], np.float32) / scale
+            result = self.swapper.get(result, InsightFace(kps=kps), source, paste_back=True)
+        total = time.perf_counter() - start
+        # Split INSwapper.get's time into the model call and everything around it (align, paste-back).
+        in_model = sum(self.timer.samples["model"][model_calls:])
+        self.timer.add("swap", in_model)
+        self.timer.add("align_paste", total - in_model)
         return result

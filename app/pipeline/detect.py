@@ -26,7 +26,7 @@ BGR_MEAN = np.array([104.0, 117.0, 123.0], np.float32)
 @dataclass(frozen=True)
 class DetectorConfig:
     size: int = 640  # the longer side of the detector input
-    score_threshold: float = 0.6
+    score_threshold: float = 0.75
     nms_threshold: float = 0.4
     max_faces: int = 64
     # Second pass on each face turned upright (and mirrored): the network's landmarks drift on tilted

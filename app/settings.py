@@ -1,9 +1,12 @@
 """Settings from the environment (prefix SWAPCAST_), validated once at start-up."""
 
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+if TYPE_CHECKING:
+    from app.pipeline.calls import BatchPlan
 
 EngineName = Literal["inswapper", "classic", "passthrough"]
 
@@ -25,3 +28,25 @@ class PipelineSettings(BaseSettings):
     color_strength: float = Field(1.0, ge=0.0, le=1.0)
     mask: Literal["auto", "box", "ellipse"] = "auto"
     threads: int | None = Field(None, ge=1)
+
+
+class BatchingSettings(BaseSettings):
+    """Knobs of the shared dynamic batchers (live serving). Defaults come from `swapcast bench-batch`."""
+
+    model_config = SettingsConfigDict(env_prefix="SWAPCAST_BATCH_", extra="ignore")
+
+    detect_max_batch: int = Field(8, ge=1, le=256)
+    swap_max_batch: int = Field(8, ge=1, le=256)
+    enhance_max_batch: int = Field(4, ge=1, le=256)
+    max_delay_ms: float = Field(4.0, ge=0.0, le=100.0)
+    max_queue: int = Field(64, ge=1)
+    policy: Literal["reject_newest", "drop_stalest"] = "drop_stalest"
+    deadline_ms: float | None = Field(250.0, gt=0.0)
+
+    def plan(self) -> "BatchPlan":
+        from app.pipeline.calls import BatchPlan, BatchSettings
+
+        def one(max_batch: int) -> BatchSettings:
+            return BatchSettings(max_batch, self.max_delay_ms, self.max_queue, self.policy, self.deadline_ms)
+
+        return BatchPlan(one(self.detect_max_batch), one(self.swap_max_batch), one(self.enhance_max_batch))

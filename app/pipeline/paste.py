@@ -4,6 +4,7 @@ insightface warps the crop and its mask onto the whole frame for every face (cos
 here only the region the crop covers is touched, so the cost follows the face's size, not the frame's.
 """
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Literal
@@ -75,6 +76,17 @@ def crop_region(matrix: Matrix, size: int, frame_shape: tuple[int, ...]) -> tupl
     return x0, y0, x1, y1
 
 
+STATS_SIZE = 64  # colour statistics are taken on a thumbnail: the same means and spreads, 4-16x cheaper
+
+
+def _thumbnail(crop: Image, mask_for: Callable[[int], np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    size = crop.shape[0]
+    if size <= STATS_SIZE:
+        return crop, mask_for(size)
+    small = cv2.resize(crop, (STATS_SIZE, STATS_SIZE), interpolation=cv2.INTER_AREA)
+    return small, mask_for(STATS_SIZE)
+
+
 class PasteBack:
     """Stage: (frame, its swapped faces) -> a new frame with the faces blended in."""
 
@@ -90,8 +102,8 @@ class PasteBack:
         """The swapped crop, colour-matched to the target under the face mask (float32)."""
         if self.config.color_strength <= 0:
             return item.swapped.astype(np.float32)
-        swapped_stats = lab_stats(item.swapped, self._mask(item.swapped.shape[0]))
-        target_stats = lab_stats(item.target, self._mask(item.target.shape[0]))
+        swapped_stats = lab_stats(*_thumbnail(item.swapped, self._mask))
+        target_stats = lab_stats(*_thumbnail(item.target, self._mask))
         return transfer_color(item.swapped, swapped_stats, target_stats, self.config.color_strength)
 
     def paste(self, frame: Image, items: list[PasteItem]) -> Image:

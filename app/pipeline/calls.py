@@ -67,7 +67,9 @@ class BatchPlan:
 
 def _gather(batcher: DynamicBatcher[T, R], items: list[T], session: str, deadline_ms: float | None) -> list[R]:
     deadline = time.monotonic() + deadline_ms / 1000.0 if deadline_ms else None
-    futures: list[Future[R]] = [batcher.submit(item, session=session, deadline=deadline) for item in items]
+    if not items:
+        return []
+    futures: list[Future[R]] = batcher.submit_many(items, session=session, deadline=deadline)
     return [future.result() for future in futures]
 
 

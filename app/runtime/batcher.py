@@ -6,8 +6,9 @@ batches and calls `run_batch` once per batch. Because there is exactly one worke
 calls for one model are serialised and never run on the event loop.
 
 A batch is formed as soon as `max_batch` items wait, or when the oldest waiting item has waited
-`max_delay_ms`. Items are taken round-robin across sessions (FIFO within a session), so a session
-that floods the queue cannot starve a quiet one.
+`max_delay_ms`, or when every session active in the last second already has an item waiting (nobody
+else is coming, so waiting would only add latency). Items are taken round-robin across sessions (FIFO
+within a session), so a session that floods the queue cannot starve a quiet one.
 
 Every outcome is delivered through the returned future: a result, or one of the `BatcherError`
 subclasses below, or whatever `run_batch` raised.
@@ -279,6 +280,9 @@ class DynamicBatcher(Generic[T, R]):
         # A lower bound on the earliest deadline among queued items (inf when none is known).
         self._earliest_deadline = float("inf")
         self._closed = False
+        # When each session last submitted: sessions seen within the window count as active.
+        self._last_seen: dict[str, float] = {}
+        self._active_window_s = max(1.0, 20 * self._max_delay_s)
 
         self._submitted = 0
         self._completed = 0
@@ -321,21 +325,28 @@ class DynamicBatcher(Generic[T, R]):
         Never blocks on the model. All outcomes (result, `QueueFullError`, `DroppedError`,
         `ExpiredError`, `BatcherClosedError`, a `run_batch` error) arrive through the future.
         """
-        future: Future[R] = Future()
+        return self.submit_many([item], session=session, deadline=deadline)[0]
+
+    def submit_many(self, items: Sequence[T], *, session: str, deadline: float | None = None) -> list[Future[R]]:
+        """Queue several items of one session at once (e.g. every face of a frame), so that the worker
+        sees them together and never starts a batch with only the first of them."""
+        futures: list[Future[R]] = [Future() for _ in items]
         now = time.monotonic()
         if deadline is None and self._default_deadline_s is not None:
             deadline = now + self._default_deadline_s
-        self._metrics.submitted.inc()
+        self._metrics.submitted.inc(len(futures))
         failures: list[tuple[Future[Any], BaseException]] = []
         with self._cond:
-            self._submitted += 1
-            refusal = self._admit_locked(item, session, deadline, now, future, failures)
+            self._last_seen[session] = now
+            for item, future in zip(items, futures, strict=True):
+                self._submitted += 1
+                refusal = self._admit_locked(item, session, deadline, now, future, failures)
+                if refusal is not None:
+                    failures.append((future, refusal))
             self._metrics.queue_depth.set(self._depth)
-        if refusal is not None:
-            failures.append((future, refusal))
         for fut, exc in failures:
             _fail(fut, exc)
-        return future
+        return futures
 
     async def submit_async(self, item: T, *, session: str, deadline: float | None = None) -> R:
         """Like `submit`, awaited on the running event loop; the loop never blocks on the model.
@@ -442,13 +453,10 @@ class DynamicBatcher(Generic[T, R]):
                     ),
                 )
             )
-        was_empty = self._depth == 0
         self._enqueue_locked(_Item(item, session, deadline, now, self._seq, future))
         self._seq += 1
-        # The worker sleeps without a timeout only when the queue is empty, and otherwise wakes by
-        # itself when the oldest item's delay runs out; it only needs a nudge in these two cases.
-        if was_empty or self._depth >= self._max_batch:
-            self._cond.notify()
+        # The worker re-checks whether a batch is due whenever something arrives.
+        self._cond.notify()
         return None
 
     def _enqueue_locked(self, it: _Item[T, R]) -> None:
@@ -471,6 +479,14 @@ class DynamicBatcher(Generic[T, R]):
             self._ring.remove(session)
         self._depth -= 1
         return it
+
+    def _everyone_waiting_locked(self, now: float) -> bool:
+        """True when every recently active session already has work queued. Nobody else is about to
+        submit, so waiting out the delay would only add latency (a lone stream never waits)."""
+        cutoff = now - self._active_window_s
+        for session in [s for s, seen in self._last_seen.items() if seen < cutoff]:
+            del self._last_seen[session]
+        return all(session in self._queues for session in self._last_seen)
 
     def _oldest_enqueued_locked(self) -> float:
         return min(q[0].enqueued for q in self._queues.values())
@@ -557,7 +573,7 @@ class DynamicBatcher(Generic[T, R]):
                     self._cond.wait()
                     continue
                 now = time.monotonic()
-                if self._depth < self._max_batch:
+                if self._depth < self._max_batch and not self._everyone_waiting_locked(now):
                     remaining = self._oldest_enqueued_locked() + self._max_delay_s - now
                     if remaining > 0:
                         self._cond.wait(remaining)

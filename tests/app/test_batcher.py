@@ -126,23 +126,52 @@ def test_full_batch_runs_without_waiting_for_the_delay(make: Callable[..., Dynam
     rec = Recorder()
     b = make(rec, max_batch=8, max_delay_ms=60_000)
     start = time.monotonic()
-    futures = [b.submit(i, session="s") for i in range(8)]
+    futures = b.submit_many(list(range(8)), session="s")
     # A 60 s delay would make result(WAIT) time out if the full batch waited for it.
     assert [f.result(WAIT) for f in futures] == [("out", i) for i in range(8)]
     assert time.monotonic() - start < WAIT
     assert rec.batches == [list(range(8))]
 
 
-def test_lone_item_waits_about_max_delay(make: Callable[..., DynamicBatcher[Any, Any]]) -> None:
+def test_lone_item_waits_about_max_delay_while_another_session_is_active(
+    make: Callable[..., DynamicBatcher[Any, Any]],
+) -> None:
     rec = Recorder()
     b = make(rec, max_batch=64, max_delay_ms=100)
+    b.submit_many(["a0"], session="a")[0].result(WAIT)
+    b.submit("b0", session="b").result(WAIT)
+    # Session a is active but has nothing queued: b's next item waits for a's, up to the delay.
     start = time.monotonic()
-    fut = b.submit("x", session="s")
+    fut = b.submit("x", session="b")
     assert fut.result(WAIT) == ("out", "x")
     elapsed = time.monotonic() - start
     assert elapsed >= 0.099  # never before the delay is up
     assert elapsed < 2.0  # and not long after it
-    assert rec.batches == [["x"]]
+    assert rec.batches[-1] == ["x"]
+
+
+def test_a_lone_session_never_waits_for_the_delay(make: Callable[..., DynamicBatcher[Any, Any]]) -> None:
+    rec = Recorder()
+    b = make(rec, max_batch=64, max_delay_ms=60_000)
+    futures = b.submit_many(["f0", "f1", "f2"], session="only")
+    # Nobody else is active: the batch runs at once instead of after 60 s, with all three faces.
+    assert [f.result(WAIT) for f in futures] == [("out", "f0"), ("out", "f1"), ("out", "f2")]
+    assert rec.batches == [["f0", "f1", "f2"]]
+
+
+def test_a_batch_runs_once_every_active_session_has_submitted(
+    make: Callable[..., DynamicBatcher[Any, Any]],
+) -> None:
+    rec = Recorder()
+    b = make(rec, max_batch=64, max_delay_ms=60_000)
+    b.submit_many([], session="a")  # a and b become active
+    b.submit_many([], session="b")
+    first = b.submit("a1", session="a")
+    time.sleep(0.2)
+    assert not first.done()  # b is active and may submit soon: wait for it
+    second = b.submit("b1", session="b")
+    assert first.result(WAIT) == ("out", "a1") and second.result(WAIT) == ("out", "b1")
+    assert rec.batches == [["a1", "b1"]]
 
 
 def test_reject_newest_fails_the_new_item_and_counts_it(

@@ -15,13 +15,14 @@ loaded value out of the cache; the callers already waiting on that load still re
 from __future__ import annotations
 
 import threading
-import weakref
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
-from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge
+from prometheus_client import CollectorRegistry, Counter, Gauge
+
+from app.runtime.metric_families import families_for
 
 __all__ = ["IdentityCache", "IdentityCacheStats", "default_size_of"]
 
@@ -59,24 +60,8 @@ class _MetricFamilies:
         self.loads = counter("loads", "Loader calls.")
         self.load_errors = counter("load_errors", "Loader calls that raised.")
         self.evictions = counter("evictions", "Entries evicted to stay within the count or byte bound.")
-        self.bytes = Gauge(
-            "swapcast_identity_cache_bytes", "Bytes held by cached entries.", label, registry=registry
-        )
+        self.bytes = Gauge("swapcast_identity_cache_bytes", "Bytes held by cached entries.", label, registry=registry)
         self.items = Gauge("swapcast_identity_cache_items", "Entries held.", label, registry=registry)
-
-
-_families_lock = threading.Lock()
-_families: weakref.WeakKeyDictionary[CollectorRegistry, _MetricFamilies] = weakref.WeakKeyDictionary()
-
-
-def _families_for(registry: CollectorRegistry | None) -> _MetricFamilies:
-    reg = REGISTRY if registry is None else registry
-    with _families_lock:
-        fams = _families.get(reg)
-        if fams is None:
-            fams = _MetricFamilies(reg)
-            _families[reg] = fams
-        return fams
 
 
 class _Flight(Generic[P]):
@@ -137,7 +122,7 @@ class IdentityCache(Generic[P]):
         self._load_errors = 0
         self._evictions = 0
 
-        f = _families_for(registry)
+        f = families_for(registry, _MetricFamilies)
         self._m_hits = f.hits.labels(name)
         self._m_misses = f.misses.labels(name)
         self._m_loads = f.loads.labels(name)

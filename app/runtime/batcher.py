@@ -34,7 +34,6 @@ import contextlib
 import logging
 import threading
 import time
-import weakref
 from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, InvalidStateError
@@ -42,7 +41,9 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Generic, Literal, TypeVar
 
-from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from app.runtime.metric_families import families_for
 
 __all__ = [
     "BatchResultError",
@@ -176,25 +177,11 @@ class _MetricFamilies:
         self.cancelled = counter("cancelled", "Items cancelled by their caller while queued.")
 
 
-_families_lock = threading.Lock()
-_families: weakref.WeakKeyDictionary[CollectorRegistry, _MetricFamilies] = weakref.WeakKeyDictionary()
-
-
-def _families_for(registry: CollectorRegistry | None) -> _MetricFamilies:
-    reg = REGISTRY if registry is None else registry
-    with _families_lock:
-        fams = _families.get(reg)
-        if fams is None:
-            fams = _MetricFamilies(reg)
-            _families[reg] = fams
-        return fams
-
-
 class _Metrics:
     """One batcher's labelled children of the shared metric families."""
 
     def __init__(self, registry: CollectorRegistry | None, name: str) -> None:
-        f = _families_for(registry)
+        f = families_for(registry, _MetricFamilies)
         self.batch_size = f.batch_size.labels(name)
         self.queue_wait = f.queue_wait.labels(name)
         self.compute = f.compute.labels(name)

@@ -9,9 +9,17 @@ Register = Callable[["argparse._SubParsersAction[argparse.ArgumentParser]"], Non
 def _commands() -> list[Register]:
     # Imported here so that `app.commands` stays cheap to import and each command module loads its
     # heavy dependencies (onnxruntime, av) only when run.
-    from app.commands import bench, bench_batch, demo, models, swap
+    from app.commands import bench, bench_batch, bench_server, demo, models, serve, swap
 
-    return [demo.register, swap.register, models.register, bench.register, bench_batch.register]
+    return [
+        serve.register,
+        demo.register,
+        swap.register,
+        models.register,
+        bench.register,
+        bench_batch.register,
+        bench_server.register,
+    ]
 
 
 COMMANDS: list[Register] = _commands()

@@ -1,0 +1,337 @@
+"""`swapcast bench-server`: what our server adds to a WebRTC round trip, measured against a bare aiortc echo.
+
+For each resolution and number of concurrent sessions, real aiortc clients send a real face clip with frame ids
+stamped in pixels and read the ids back from what returns. The same clients run against
+
+- a bare aiortc echo server (the received track relayed back, newest frame only, as `MediaRelay` does),
+- our server with the passthrough engine (everything but the model: detect, align, paste, metrics, ...),
+- our server with the classic engine,
+
+each in its own process on 127.0.0.1, in the same run. Reported per cell: round-trip latency p50/p95 over
+every returned frame sent inside the measuring window, frames per second returned per session, and frames
+the server dropped; and per server, the difference to the echo and the ratio.
+"""
+
+import asyncio
+import contextlib
+import os
+import platform
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+from aiortc import RTCConfiguration, RTCPeerConnection, RTCSessionDescription
+from aiortc.contrib.media import MediaRelay
+from aiortc.mediastreams import MediaStreamTrack
+from fastapi import FastAPI, Request, Response
+
+from app.bench.rtc_client import RtcClient
+from app.pipeline.types import Image
+
+ECHO = "echo"
+LATE_FRAMES_S = 10.0
+RESOLUTIONS = {"480p": (640, 480), "720p": (1280, 720)}
+
+
+@dataclass(frozen=True)
+class ServerBenchConfig:
+    seconds: float = 3.0  # measured per cell
+    warmup: float = 1.5  # streamed before measuring
+    sessions: tuple[int, ...] = (1, 2, 4)
+    resolutions: tuple[str, ...] = ("480p", "720p")
+    engines: tuple[str, ...] = ("passthrough", "classic")
+    echo: bool = True
+    codec: str = "H264"
+    fps: int = 30
+    clip_frames: int = 60
+
+
+@dataclass
+class Cell:
+    server: str
+    resolution: str
+    sessions: int
+    latencies_ms: list[float] = field(default_factory=list)
+    fps: list[float] = field(default_factory=list)
+    sent: int = 0
+    returned: int = 0
+    unreadable: int = 0
+    server_dropped: int | None = None
+    server_latency_p50_ms: list[float] = field(default_factory=list)
+    failed: str | None = None
+
+    def summary(self) -> dict[str, Any]:
+        lat = np.asarray(self.latencies_ms, dtype=np.float64)
+        return {
+            "server": self.server,
+            "resolution": self.resolution,
+            "sessions": self.sessions,
+            "latency_ms": {
+                "p50": round(float(np.percentile(lat, 50)), 1) if lat.size else None,
+                "p95": round(float(np.percentile(lat, 95)), 1) if lat.size else None,
+                "n": int(lat.size),
+            },
+            "fps_per_session": round(float(np.mean(self.fps)), 1) if self.fps else 0.0,
+            "frames_sent": self.sent,
+            "frames_returned": self.returned,
+            "unreadable": self.unreadable,
+            "server_dropped": self.server_dropped,
+            # Our server's own share: decoded input frame -> swapped frame handed to the encoder (its stats).
+            "server_latency_p50_ms": (
+                round(float(np.mean(self.server_latency_p50_ms)), 1) if self.server_latency_p50_ms else None
+            ),
+            "failed": self.failed,
+        }
+
+
+# ------------------------------------------------------------------------------------------------- servers
+
+
+def _echo_app() -> FastAPI:
+    app = FastAPI()
+    relay = MediaRelay()
+    peers: set[RTCPeerConnection] = set()
+
+    @app.get("/readyz")
+    async def ready() -> dict[str, str]:
+        return {"status": "ready"}
+
+    @app.post("/offer", status_code=201)
+    async def offer(request: Request) -> Response:
+        pc = RTCPeerConnection(RTCConfiguration(iceServers=[]))
+        peers.add(pc)
+
+        @pc.on("track")
+        def on_track(track: MediaStreamTrack) -> None:
+            if track.kind == "video":
+                pc.addTrack(relay.subscribe(track, buffered=False))
+
+        @pc.on("connectionstatechange")
+        async def on_state() -> None:
+            if pc.connectionState in ("failed", "closed"):
+                peers.discard(pc)
+                await pc.close()
+
+        await pc.setRemoteDescription(RTCSessionDescription(sdp=(await request.body()).decode(), type="offer"))
+        await pc.setLocalDescription(await pc.createAnswer())
+        return Response(pc.localDescription.sdp, status_code=201, media_type="application/sdp")
+
+    return app
+
+
+def _serve(kind: str, identity_dir: str) -> None:
+    """Child process: one server on a free 127.0.0.1 port, printed as the first line of stdout."""
+    import logging
+
+    import uvicorn
+
+    from app.media.webrtc import use_host_addresses
+
+    logging.basicConfig(level=logging.ERROR)
+    use_host_addresses(["127.0.0.1"])
+    if kind == ECHO:
+        app = _echo_app()
+    else:
+        from app.server.app import create_app
+        from app.server.settings import ServerSettings
+        from app.settings import PipelineSettings
+
+        settings = ServerSettings(
+            identity_dir=Path(identity_dir),
+            rtsp_enabled=False,
+            max_sessions=16,
+            pipeline=PipelineSettings(engine=kind),
+        )
+        app = create_app(settings)
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    print(sock.getsockname()[1], flush=True)
+    uvicorn.Server(uvicorn.Config(app, log_level="error")).run(sockets=[sock])
+
+
+class ServerProcess:
+    def __init__(self, kind: str, identity_dir: Path) -> None:
+        self.kind = kind
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "app.bench.server_bench", kind, str(identity_dir)],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        assert self.process.stdout is not None
+        port = self.process.stdout.readline().strip()
+        if not port.isdigit():
+            self.stop()
+            raise RuntimeError(f"{kind} server did not start")
+        self.base_url = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 120
+        while True:
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(f"{self.base_url}/readyz", timeout=5).status_code == 200:
+                    break
+            if time.monotonic() > deadline or self.process.poll() is not None:
+                self.stop()
+                raise RuntimeError(f"{kind} server did not become ready")
+            time.sleep(0.2)
+        self.identity: str | None = None
+
+    def offer_path(self) -> str:
+        return "/offer" if self.kind == ECHO else f"/v1/sessions?identity={self.identity}"
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(15)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(5)
+
+
+# ------------------------------------------------------------------------------------------------- clients
+
+
+async def _run_cell(server: ServerProcess, frames: list[Image], cell: Cell, config: ServerBenchConfig) -> None:
+    clients = [RtcClient(frames, fps=config.fps, codec=config.codec) for _ in range(cell.sessions)]
+    async with httpx.AsyncClient(base_url=server.base_url, timeout=30) as http:
+        try:
+            await asyncio.gather(*(c.connect(http, server.offer_path()) for c in clients))
+            if not all(await asyncio.gather(*(c.wait_frames(1, 30) for c in clients))):
+                cell.failed = "no frame came back within 30 s"
+                return
+            start = time.monotonic() + config.warmup
+            end = start + config.seconds
+            await asyncio.sleep(end - time.monotonic())
+            # Frames come back in order: once a client got one sent after the window, none of the window's
+            # frames is still on its way (those never coming were dropped).
+            await asyncio.gather(*(c.wait_sent_after(end, LATE_FRAMES_S) for c in clients))
+            for client in clients:
+                result = client.result
+                in_window = [r for r in result.received if start <= result.sent_at.get(r.frame_id, 0.0) < end]
+                cell.latencies_ms.extend((r.at - result.sent_at[r.frame_id]) * 1000.0 for r in in_window)
+                cell.fps.append(len(in_window) / config.seconds)
+                cell.sent += sum(1 for t in result.sent_at.values() if start <= t < end)
+                cell.returned += len(in_window)
+                cell.unreadable += result.unreadable
+            if server.kind != ECHO:
+                dropped = 0
+                for client in clients:
+                    stats = (await http.get(client.location or "")).json()
+                    dropped += int(stats.get("dropped", 0))
+                    if stats.get("latency_ms", {}).get("p50") is not None:
+                        cell.server_latency_p50_ms.append(float(stats["latency_ms"]["p50"]))
+                cell.server_dropped = dropped
+        except (httpx.HTTPError, OSError, ValueError) as exc:
+            cell.failed = f"{type(exc).__name__}: {exc}"
+        finally:
+            for client in clients:
+                if client.location and server.kind != ECHO:
+                    with contextlib.suppress(httpx.HTTPError):
+                        await http.delete(client.location)
+            await asyncio.gather(*(c.close() for c in clients), return_exceptions=True)
+    await asyncio.sleep(0.5)  # let the server finish tearing down before the next cell
+
+
+def _clip(resolution: str, count: int) -> list[Image]:
+    from app.media.clips import load_sample, make_motion_clip
+
+    astronaut = load_sample("astronaut")
+    size = RESOLUTIONS[resolution]
+    # The astronaut's face centre in the 512x512 still.
+    return make_motion_clip(astronaut, size=size, frames=count, focus=(225.0, 118.0), seed=3).frames
+
+
+def _upload_identity(server: ServerProcess) -> None:
+    import cv2
+
+    from app.media.clips import load_sample
+
+    ok, png = cv2.imencode(".png", load_sample("tom_hanks"))
+    if not ok:
+        raise RuntimeError("cannot encode the identity photo")
+    response = httpx.post(f"{server.base_url}/v1/identities", files={"image": ("tom.png", png.tobytes())}, timeout=60)
+    response.raise_for_status()
+    server.identity = response.json()["id"]
+
+
+def compare(cells: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each server's cell against the echo server's cell of the same resolution and session count."""
+    echo = {(c["resolution"], c["sessions"]): c for c in cells if c["server"] == ECHO}
+    out = []
+    for cell in cells:
+        base = echo.get((cell["resolution"], cell["sessions"]))
+        if cell["server"] == ECHO or base is None:
+            continue
+        row: dict[str, Any] = {"server": cell["server"], "resolution": cell["resolution"], "sessions": cell["sessions"]}
+        for q in ("p50", "p95"):
+            ours, theirs = cell["latency_ms"][q], base["latency_ms"][q]
+            row[f"added_{q}_ms"] = round(ours - theirs, 1) if ours is not None and theirs is not None else None
+            row[f"ratio_{q}"] = round(ours / theirs, 2) if ours is not None and theirs else None
+        row["fps_ratio"] = (
+            round(cell["fps_per_session"] / base["fps_per_session"], 2) if base["fps_per_session"] else None
+        )
+        out.append(row)
+    return out
+
+
+def run_server_bench(config: ServerBenchConfig, progress: bool = True) -> dict[str, Any]:
+    servers = ([ECHO] if config.echo else []) + list(config.engines)
+    clips = {r: _clip(r, config.clip_frames) for r in config.resolutions}
+    cells: list[dict[str, Any]] = []
+    started = time.perf_counter()
+    load_before = os.getloadavg()
+    with tempfile.TemporaryDirectory(prefix="swapcast-bench-") as tmp:
+        for kind in servers:
+            server = ServerProcess(kind, Path(tmp) / kind)
+            try:
+                if kind != ECHO:
+                    _upload_identity(server)
+                for resolution in config.resolutions:
+                    for sessions in config.sessions:
+                        cell = Cell(kind, resolution, sessions)
+                        asyncio.run(_run_cell(server, clips[resolution], cell, config))
+                        summary = cell.summary()
+                        cells.append(summary)
+                        if progress:
+                            lat = summary["latency_ms"]
+                            print(
+                                f"{kind:>11} {resolution} x{sessions}: p50 {lat['p50']} ms, p95 {lat['p95']} ms, "
+                                f"{summary['fps_per_session']} fps/session"
+                                + (f" FAILED {cell.failed}" if cell.failed else ""),
+                                flush=True,
+                            )
+            finally:
+                server.stop()
+    import aiortc
+
+    return {
+        "config": {
+            "seconds": config.seconds,
+            "warmup": config.warmup,
+            "sessions": list(config.sessions),
+            "resolutions": {r: list(RESOLUTIONS[r]) for r in config.resolutions},
+            "codec": config.codec,
+            "fps": config.fps,
+        },
+        "machine": {
+            "cpus": os.cpu_count(),
+            "platform": platform.platform(),
+            "python": platform.python_version(),
+            "aiortc": aiortc.__version__,
+            # Everything (clients, servers, codecs) shares these cores: other load skews every cell.
+            "load_average_1m": {"before": round(load_before[0], 2), "after": round(os.getloadavg()[0], 2)},
+        },
+        "cells": cells,
+        "compared_to_echo": compare(cells),
+        "seconds": round(time.perf_counter() - started, 1),
+    }
+
+
+if __name__ == "__main__":  # a benchmark server process: python -m app.bench.server_bench KIND IDENTITY_DIR
+    _serve(sys.argv[1], sys.argv[2])

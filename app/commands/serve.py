@@ -1,0 +1,172 @@
+"""`swapcast serve`: the web page, WebRTC sessions, identities and the RTSP output, started with one command."""
+
+import argparse
+import logging
+import os
+import signal
+import socket
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from pydantic import ValidationError
+
+from app.errors import UserError
+
+if TYPE_CHECKING:
+    from app.server.settings import ServerSettings
+
+ENGINES = ("auto", "classic", "inswapper", "passthrough")
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
+    p = sub.add_parser("serve", help="run the streaming server (web page, WebRTC, RTSP for OBS)")
+    p.add_argument("--host", default=None, help="address to listen on (default 127.0.0.1; 0.0.0.0 for all)")
+    p.add_argument("--port", type=int, default=None, help="HTTP port (default 8000; 0 picks a free one)")
+    p.add_argument("--rtsp-port", type=int, default=None, help="RTSP port (default 8554)")
+    p.add_argument("--no-rtsp", action="store_true", help="do not start the RTSP output")
+    p.add_argument("--public-host", default=None, help="host name to put in printed and returned URLs")
+    p.add_argument(
+        "--engine",
+        default=None,
+        help="classic, inswapper, passthrough, or auto: inswapper when its weights are present, else classic",
+    )
+    p.add_argument("--identity-dir", type=Path, default=None, help="where identities are stored")
+    p.add_argument("--max-sessions", type=int, default=None, help="concurrent WebRTC sessions (default 4)")
+    p.add_argument("--allow-file-sources", action="store_true", help="let /v1/streams read local video files")
+    p.set_defaults(func=run)
+
+
+def choose_engine(requested: str | None, swapper_model: str, recognizer_model: str) -> str:
+    """The engine to run: as asked, from SWAPCAST_ENGINE, or inswapper when its weights are on disk, else classic."""
+    if requested is None:
+        requested = os.environ.get("SWAPCAST_ENGINE", "auto")
+    if requested not in ENGINES:
+        raise UserError(f"unknown engine {requested!r}; choose one of: {', '.join(ENGINES)}")
+    if requested != "auto":
+        return requested
+    from engines.store import ModelStore
+
+    store = ModelStore()
+    try:
+        present = all(store.file_path(name).is_file() for name in (swapper_model, recognizer_model))
+    except Exception:  # an unknown model name: not present
+        present = False
+    return "inswapper" if present else "classic"
+
+
+def build_settings(args: argparse.Namespace) -> "ServerSettings":
+    from app.server.settings import ServerSettings
+    from app.settings import PipelineSettings
+
+    overrides: dict[str, object] = {
+        "host": args.host,
+        "port": args.port,
+        "rtsp_port": args.rtsp_port,
+        "public_host": args.public_host,
+        "identity_dir": args.identity_dir,
+        "max_sessions": args.max_sessions,
+    }
+    values = {k: v for k, v in overrides.items() if v is not None}
+    if args.no_rtsp:
+        values["rtsp_enabled"] = False
+    if args.allow_file_sources:
+        values["allow_file_sources"] = True
+    try:
+        pipeline = PipelineSettings()
+        engine = choose_engine(args.engine, pipeline.swapper_model, pipeline.recognizer_model)
+        values["pipeline"] = pipeline.model_copy(update={"engine": engine})
+        return ServerSettings.model_validate(values)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(part) for part in first["loc"])
+        raise UserError(f"invalid setting {where}: {first['msg']}") from None
+
+
+def listen(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise UserError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+    sock.set_inheritable(True)
+    return sock
+
+
+def run(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from app.server.app import create_app
+    from app.server.state import ServerState
+
+    settings = build_settings(args)
+    sock = listen(settings.host, settings.port)
+    port = sock.getsockname()[1]
+    base = f"http://{_url_host(settings.url_host())}:{port}"
+    engine = settings.pipeline.engine
+    engine_note = "" if engine != "classic" else " (no swap weights: the texture fallback, see `swapcast models`)"
+    announced: set[str] = set()
+
+    def announce(state: ServerState) -> None:
+        if "started" not in announced:
+            announced.add("started")
+            rtsp = (
+                f"{state.rtsp.base_url()}session/<session id>  (and stream/<stream id>)"
+                if state.rtsp.available
+                else f"off ({state.rtsp.reason})"
+            )
+            print(f"swapcast serving on {base}", flush=True)
+            print(f"  page        {base}/", flush=True)
+            print(f"  API docs    {base}/docs", flush=True)
+            print(f"  RTSP        {rtsp}", flush=True)
+            print(f"  engine      {engine}{engine_note}", flush=True)
+            print(f"  identities  {settings.identity_dir}", flush=True)
+            print("  loading models; /readyz answers 200 once they are warm", flush=True)
+        if state.ready and "ready" not in announced:
+            announced.add("ready")
+            print(f"ready: open {base}/ in a browser", flush=True)
+        elif state.not_ready_reason.startswith("model load failed") and "failed" not in announced:
+            announced.add("failed")
+            print(f"swapcast: not ready: {state.not_ready_reason}", file=sys.stderr, flush=True)
+
+    app = create_app(settings, on_change=announce)
+    verbose = logging.getLogger().isEnabledFor(logging.DEBUG)
+    config = uvicorn.Config(
+        app,
+        log_level="debug" if verbose else "warning",
+        access_log=verbose,
+        timeout_graceful_shutdown=max(1, round(settings.shutdown_grace_s)),
+    )
+    server = uvicorn.Server(config)
+    stops: list[int] = []
+    # uvicorn shuts down gracefully on SIGINT/SIGTERM and then raises the signal again under the handlers
+    # that were there before it; these make that second delivery a no-op so a requested stop exits 0.
+    previous = {sig: signal.signal(sig, lambda number, _frame: stops.append(number)) for sig in STOP_SIGNALS}
+    try:
+        server.run(sockets=[sock])
+    finally:
+        sock.close()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    print("swapcast: stopped", flush=True)
+    return 0
+
+
+def _url_host(host: str) -> str:
+    return f"[{host}]" if ":" in host and not host.startswith("[") else host
+
+
+if __name__ == "__main__":  # `python -m app.commands.serve`, before the command is listed in the CLI
+    parser = argparse.ArgumentParser(prog="swapcast")
+    register(parser.add_subparsers(dest="command", required=True))
+    parsed = parser.parse_args(["serve", *sys.argv[1:]])
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        sys.exit(parsed.func(parsed))
+    except UserError as exc:
+        print(f"swapcast: error: {exc}", file=sys.stderr)
+        sys.exit(2)

@@ -1,0 +1,231 @@
+"""Identities on disk, so they survive restarts.
+
+Each identity is a directory named by its id holding the photo exactly as uploaded, `meta.json`, a small
+`thumb.jpg` of the chosen face and, under `prepared/`, one `.npy` per swap model it was prepared for (keyed by
+the engine's model_key). A directory appears only once complete (written aside, then renamed into place).
+`load_prepared` is the loader for `IdentityCache`: it reads the stored preparation for a model, or prepares the
+stored photo again when the model changed.
+"""
+
+import hashlib
+import json
+import os
+import re
+import secrets
+import shutil
+import tempfile
+import threading
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+import numpy as np
+
+from app.errors import UserError
+from app.identity.images import FORMATS, ImageRejected, decode_image
+from app.pipeline.swap import PreparedSource
+from app.pipeline.types import Image
+
+ID_PATTERN = re.compile(r"^[0-9a-f]{32}$")
+_META = "meta.json"
+_THUMB = "thumb.jpg"
+_PREPARED = "prepared"
+# Stored photos passed the upload limit already; this only bounds a file changed on disk behind our back.
+_STORED_MAX_PIXELS = 400_000_000
+
+Prepare = Callable[[Image, int | None], PreparedSource]
+
+
+class IdentityNotFound(LookupError):
+    def __init__(self, identity_id: str) -> None:
+        super().__init__(f"identity {identity_id} not found")
+        self.identity_id = identity_id
+
+
+class IdentityUnreadable(Exception):
+    """An identity's files exist but cannot be used (damaged on disk, or no longer preparable)."""
+
+
+@dataclass(frozen=True)
+class Identity:
+    id: str
+    name: str
+    created: str
+    faces: int  # faces found in the photo
+    face_index: int | None  # the face chosen, None when the photo had exactly one
+    format: str
+    width: int
+    height: int
+
+    @property
+    def image_file(self) -> str:
+        return f"image.{self.format}"
+
+    @property
+    def media_type(self) -> str:
+        return FORMATS[self.format]
+
+
+def is_identity_id(value: str) -> bool:
+    return bool(ID_PATTERN.match(value))
+
+
+def prepared_file_name(model_key: str) -> str:
+    """A file name for a model key: readable, and unique through a short hash of the exact key."""
+    safe = re.sub(r"[^A-Za-z0-9._-]+", "_", model_key)[:80]
+    digest = hashlib.sha256(model_key.encode()).hexdigest()[:12]
+    return f"{safe}-{digest}.npy"
+
+
+class IdentityStore:
+    def __init__(self, root: Path) -> None:
+        self.root = Path(root)
+        self._lock = threading.Lock()
+
+    def open(self) -> None:
+        """Create the directory and remove what interrupted writes and deletes left behind."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        for leftover in self.root.glob(".tmp-*"):
+            shutil.rmtree(leftover, ignore_errors=True)
+        for leftover in self.root.glob(".trash-*"):
+            shutil.rmtree(leftover, ignore_errors=True)
+
+    def _dir(self, identity_id: str) -> Path:
+        if not is_identity_id(identity_id):
+            raise IdentityNotFound(identity_id)
+        return self.root / identity_id
+
+    def create(
+        self,
+        *,
+        name: str,
+        photo: bytes,
+        format: str,
+        width: int,
+        height: int,
+        faces: int,
+        face_index: int | None,
+        thumbnail: bytes,
+        prepared: PreparedSource,
+    ) -> Identity:
+        if format not in FORMATS:
+            raise ValueError(f"unknown image format {format!r}")
+        identity = Identity(
+            id=secrets.token_hex(16),
+            name=name,
+            created=datetime.now(UTC).isoformat(timespec="seconds"),
+            faces=faces,
+            face_index=face_index,
+            format=format,
+            width=width,
+            height=height,
+        )
+        self.root.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=".tmp-", dir=self.root))
+        try:
+            (staging / identity.image_file).write_bytes(photo)
+            (staging / _THUMB).write_bytes(thumbnail)
+            (staging / _PREPARED).mkdir()
+            _save_array(staging / _PREPARED / prepared_file_name(prepared.model_key), prepared.data)
+            (staging / _META).write_text(json.dumps(asdict(identity), indent=1), encoding="utf-8")
+            os.replace(staging, self.root / identity.id)
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
+        return identity
+
+    def get(self, identity_id: str) -> Identity:
+        path = self._dir(identity_id) / _META
+        try:
+            raw = json.loads(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise IdentityNotFound(identity_id) from None
+        except (OSError, ValueError) as exc:
+            raise IdentityUnreadable(f"identity {identity_id}: unreadable metadata ({exc})") from None
+        try:
+            identity = Identity(**raw)
+        except TypeError as exc:
+            raise IdentityUnreadable(f"identity {identity_id}: malformed metadata ({exc})") from None
+        if identity.id != identity_id or identity.format not in FORMATS:
+            raise IdentityUnreadable(f"identity {identity_id}: metadata does not match its directory")
+        return identity
+
+    def list(self) -> list[Identity]:
+        """Readable identities, oldest first."""
+        found = []
+        if not self.root.is_dir():
+            return []
+        for entry in self.root.iterdir():
+            if not is_identity_id(entry.name):
+                continue
+            try:
+                found.append(self.get(entry.name))
+            except (IdentityNotFound, IdentityUnreadable):
+                continue
+        return sorted(found, key=lambda i: (i.created, i.id))
+
+    def exists(self, identity_id: str) -> bool:
+        return is_identity_id(identity_id) and (self.root / identity_id / _META).is_file()
+
+    def delete(self, identity_id: str) -> None:
+        directory = self._dir(identity_id)
+        trash = self.root / f".trash-{identity_id}-{secrets.token_hex(4)}"
+        try:
+            os.replace(directory, trash)
+        except FileNotFoundError:
+            raise IdentityNotFound(identity_id) from None
+        shutil.rmtree(trash, ignore_errors=True)
+
+    def photo(self, identity_id: str) -> bytes:
+        identity = self.get(identity_id)
+        try:
+            return (self._dir(identity_id) / identity.image_file).read_bytes()
+        except FileNotFoundError:
+            raise IdentityNotFound(identity_id) from None
+
+    def thumbnail(self, identity_id: str) -> bytes:
+        self.get(identity_id)
+        try:
+            return (self._dir(identity_id) / _THUMB).read_bytes()
+        except FileNotFoundError:
+            raise IdentityNotFound(identity_id) from None
+
+    def load_prepared(self, identity_id: str, model_key: str, engine: str, prepare: Prepare) -> PreparedSource:
+        """The identity prepared for `model_key`: from disk when it was prepared for that model before, else
+        prepared now from the stored photo (and saved for next time)."""
+        identity = self.get(identity_id)
+        directory = self._dir(identity_id)
+        path = directory / _PREPARED / prepared_file_name(model_key)
+        try:
+            data = np.load(path, allow_pickle=False)
+            return PreparedSource(engine, model_key, data)
+        except FileNotFoundError:
+            pass
+        except (OSError, ValueError) as exc:
+            raise IdentityUnreadable(f"identity {identity_id}: damaged prepared data ({exc})") from None
+        try:
+            photo = (directory / identity.image_file).read_bytes()
+        except FileNotFoundError:
+            raise IdentityNotFound(identity_id) from None
+        try:
+            image, _ = decode_image(photo, _STORED_MAX_PIXELS)
+            prepared = prepare(image, identity.face_index)
+        except (ImageRejected, UserError) as exc:
+            raise IdentityUnreadable(f"identity {identity_id}: cannot prepare the stored photo again ({exc})") from None
+        if prepared.model_key != model_key:
+            raise IdentityUnreadable(
+                f"identity {identity_id}: prepared for {prepared.model_key}, but {model_key} was asked for"
+            )
+        with self._lock:
+            if directory.is_dir():
+                (directory / _PREPARED).mkdir(exist_ok=True)
+                _save_array(path, prepared.data)
+        return prepared
+
+
+def _save_array(path: Path, data: np.ndarray) -> None:
+    tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
+    with tmp.open("wb") as f:
+        np.save(f, np.ascontiguousarray(data), allow_pickle=False)
+    os.replace(tmp, path)

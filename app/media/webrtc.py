@@ -1,0 +1,612 @@
+"""WebRTC sessions: a client sends its camera over WebRTC and gets the swapped video back on the same connection.
+
+Per session a receive task reads decoded frames as fast as they arrive and keeps only the newest (aiortc's
+receiver queue is unbounded, so reading slower than frames arrive builds latency without limit); one worker
+runs the pipeline on the newest frame in an executor; the output track hands the newest processed frame to
+the encoder with the input frame's timestamp. Every frame replaced before it was used is counted as a drop
+with its reason. Switching identity replaces the prepared source the worker reads for its next frame, so it
+never waits behind video. A session ends, and everything it holds is released, on every terminal event:
+connection failed or closed, the client's track ended, no media for too long, DELETE, or shutdown.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import secrets
+import threading
+import time
+from collections import Counter, deque
+from collections.abc import Awaitable, Callable, Iterable
+from concurrent.futures import Executor
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import av
+import numpy as np
+from aiortc import (
+    RTCConfiguration,
+    RTCIceServer,
+    RTCPeerConnection,
+    RTCRtpCodecCapability,
+    RTCRtpSender,
+    RTCSessionDescription,
+    sdp,
+)
+from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
+
+from app.observability import Metrics
+from app.pipeline.pipeline import FramePipeline
+from app.pipeline.swap import PreparedSource
+from app.pipeline.timing import StageTimer
+from app.pipeline.types import Image
+from app.runtime.batcher import BatcherError
+
+log = logging.getLogger(__name__)
+
+KIND = "session"
+NEGOTIATION_TIMEOUT_S = 10.0
+PC_CLOSE_TIMEOUT_S = 5.0
+
+
+class OfferError(Exception):
+    """The SDP offer cannot be used; the message says why (answered with 400)."""
+
+
+class AdmissionError(Exception):
+    """No room for another session (answered with 503 and Retry-After)."""
+
+
+class SessionNotFound(LookupError):
+    def __init__(self, session_id: str) -> None:
+        super().__init__(f"session {session_id} not found")
+
+
+# (path, width, height) -> a publisher with non-blocking push(image) and close()
+PublisherFactory = Callable[[str, int, int], Any]
+
+
+@dataclass(frozen=True)
+class SessionConfig:
+    max_sessions: int = 4
+    codecs: tuple[str, ...] = ("H264", "VP8")
+    ice_servers: tuple[str, ...] = ()
+    connect_timeout_s: float = 20.0
+    media_timeout_s: float = 10.0
+
+
+def use_host_addresses(addresses: Iterable[str]) -> None:
+    """Offer only these local addresses as ICE host candidates, process-wide.
+
+    aioice never offers 127.0.0.1; tests and benchmarks that must stay on loopback call this with
+    ["127.0.0.1"]."""
+    import aioice.ice
+
+    fixed = list(addresses)
+
+    def host_addresses(use_ipv4: bool, use_ipv6: bool) -> list[str]:
+        return [a for a in fixed if (":" in a and use_ipv6) or (":" not in a and use_ipv4)]
+
+    aioice.ice.get_host_addresses = host_addresses
+
+
+def codec_preferences(names: Iterable[str]) -> list[RTCRtpCodecCapability]:
+    """aiortc's video codec capabilities for these codec names, in this order, plus retransmission."""
+    capabilities = RTCRtpSender.getCapabilities("video").codecs
+    ordered: list[RTCRtpCodecCapability] = []
+    for name in names:
+        mime = f"video/{name}".lower()
+        ordered.extend(c for c in capabilities if c.mimeType.lower() == mime)
+    ordered.extend(c for c in capabilities if c.mimeType.lower() == "video/rtx")
+    return ordered
+
+
+def check_offer(text: str) -> None:
+    """Refuse what aiortc would choke on later or what this server cannot serve, with a reason."""
+    if not text.startswith("v=0"):
+        raise OfferError("not an SDP offer: it must start with v=0")
+    try:
+        description = sdp.SessionDescription.parse(text)
+    except Exception as exc:  # the parser raises many kinds of error on malformed lines
+        raise OfferError(f"malformed SDP: {_short(exc)}") from None
+    videos = [m for m in description.media if m.kind == "video"]
+    if not videos:
+        raise OfferError("the offer has no video")
+    if len(videos) > 1:
+        raise OfferError("the offer has more than one video track; send one camera")
+    for media in description.media:
+        if media.kind not in ("audio", "video"):
+            raise OfferError(f"media kind {media.kind!r} is not supported")
+        if media.ice is None or not media.ice.usernameFragment or not media.ice.password:
+            raise OfferError("ICE username fragment or password is missing")
+        if media.dtls is None or not media.dtls.fingerprints:
+            raise OfferError("DTLS fingerprint is missing")
+        if not media.rtcp_mux:
+            raise OfferError("RTCP mux is not enabled")
+        if media.direction is None:
+            raise OfferError(f"the {media.kind} section has no direction (sendrecv, sendonly, ...)")
+
+
+def negotiated_codec(answer: str) -> str | None:
+    """The first codec of the video section of an SDP answer (what the server will send)."""
+    in_video = False
+    first: str | None = None
+    for line in answer.splitlines():
+        if line.startswith("m="):
+            in_video = line.startswith("m=video")
+            parts = line.split()
+            first = parts[3] if in_video and len(parts) > 3 else None
+        elif in_video and first is not None and line.startswith(f"a=rtpmap:{first} "):
+            return line.split(" ", 1)[1].split("/")[0]
+    return None
+
+
+class RateWindow:
+    """Events per second over the last `seconds`."""
+
+    def __init__(self, seconds: float = 2.0) -> None:
+        self.seconds = seconds
+        self._times: deque[float] = deque()
+
+    def add(self, now: float) -> None:
+        self._times.append(now)
+        self._trim(now)
+
+    def rate(self, now: float) -> float:
+        self._trim(now)
+        if len(self._times) < 2:
+            return 0.0
+        return len(self._times) / self.seconds
+
+    def _trim(self, now: float) -> None:
+        while self._times and self._times[0] < now - self.seconds:
+            self._times.popleft()
+
+
+class SwappedVideoTrack(MediaStreamTrack):
+    """Output track: hands the encoder the newest processed frame; an older one still waiting is dropped."""
+
+    kind = "video"
+
+    def __init__(self, on_sent: Callable[[float], None], on_dropped: Callable[[], None]) -> None:
+        super().__init__()
+        self._on_sent = on_sent
+        self._on_dropped = on_dropped
+        self._ready = asyncio.Event()
+        self._item: tuple[av.VideoFrame, float] | None = None
+
+    def put(self, frame: av.VideoFrame, arrived: float) -> None:
+        if self._item is not None:
+            self._on_dropped()
+        self._item = (frame, arrived)
+        self._ready.set()
+
+    async def recv(self) -> av.VideoFrame:
+        while True:
+            if self.readyState != "live":
+                raise MediaStreamError
+            if self._item is not None:
+                frame, arrived = self._item
+                self._item = None
+                self._ready.clear()
+                self._on_sent(arrived)
+                return frame
+            await self._ready.wait()
+            self._ready.clear()
+
+    def stop(self) -> None:
+        super().stop()
+        self._item = None
+        self._ready.set()
+
+
+@dataclass
+class SessionCounters:
+    frames_in: int = 0
+    frames_out: int = 0
+    drops: Counter[str] = field(default_factory=Counter)
+    latencies: deque[float] = field(default_factory=lambda: deque(maxlen=300))
+    rate_in: RateWindow = field(default_factory=RateWindow)
+    rate_out: RateWindow = field(default_factory=RateWindow)
+
+
+class Session:
+    def __init__(
+        self,
+        *,
+        identity_id: str,
+        source: PreparedSource,
+        pipeline: FramePipeline,
+        executor: Executor,
+        metrics: Metrics,
+        config: SessionConfig,
+        on_closed: Callable[[Session], None],
+        publisher_factory: PublisherFactory | None = None,
+        rtsp_url: Callable[[str], str] | None = None,
+    ) -> None:
+        self.id = secrets.token_hex(16)
+        self.identity_id = identity_id
+        self.source = source
+        self.created = datetime.now(UTC).isoformat(timespec="seconds")
+        self.state = "new"
+        self.codec: str | None = None
+        self.close_reason: str | None = None
+        self.closed = asyncio.Event()
+        self.counters = SessionCounters()
+        self._pipeline = pipeline
+        self._tracker = pipeline.new_stream()
+        self._executor = executor
+        self._metrics = metrics
+        self._config = config
+        self._on_closed = on_closed
+        self._publisher_factory = publisher_factory
+        self._publisher: Any = None
+        self.rtsp_path = f"/session/{self.id}"
+        self.rtsp_url = rtsp_url(self.rtsp_path) if (rtsp_url and publisher_factory) else None
+        # The newest decoded frame not yet taken: set by the receive task, taken by an executor thread.
+        self._pending: tuple[av.VideoFrame, float] | None = None
+        self._pending_lock = threading.Lock()
+        self._wake = asyncio.Event()
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._close_task: asyncio.Task[None] | None = None
+        self._video_track: MediaStreamTrack | None = None
+        self._started = time.monotonic()
+        self._connected_at: float | None = None
+        self._last_input = self._started
+        self._error_logged = 0
+        ice = [RTCIceServer(url) for url in config.ice_servers]
+        self.pc = RTCPeerConnection(RTCConfiguration(iceServers=ice))
+        self.output = SwappedVideoTrack(self._on_sent, lambda: self._drop("output_superseded"))
+
+    # --------------------------------------------------------------------------------- signalling
+
+    async def negotiate(self, offer: str) -> str:
+        """Apply the client's offer and return the answer (ICE gathering complete: no trickle)."""
+        check_offer(offer)
+        transceiver = self.pc.addTransceiver(self.output, direction="sendrecv")
+        transceiver.setCodecPreferences(codec_preferences(self._config.codecs))
+        self.pc.on("track", self._on_track)
+        self.pc.on("connectionstatechange", self._on_connection_state)
+        try:
+            await self.pc.setRemoteDescription(RTCSessionDescription(sdp=offer, type="offer"))
+        except Exception as exc:  # aiortc raises assorted errors for offers it cannot use
+            if "send parameters" in str(exc):
+                wanted = ", ".join(self._config.codecs)
+                raise OfferError(f"no video codec in common: this server sends {wanted}") from None
+            raise OfferError(f"unusable offer: {_short(exc)}") from None
+        try:
+            await self.pc.setLocalDescription(await self.pc.createAnswer())
+        except Exception as exc:  # offers that parse but leave aiortc unable to answer
+            raise OfferError(f"cannot answer this offer: {_short(exc)}") from None
+        local = self.pc.localDescription.sdp
+        self.codec = negotiated_codec(local)
+        self.state = "connecting"
+        self._spawn(self._watchdog(), "watchdog")
+        self._spawn(self._work(), "worker")
+        return local
+
+    def _on_track(self, track: MediaStreamTrack) -> None:
+        if track.kind == "video" and self._video_track is None:
+            self._video_track = track
+            self._spawn(self._receive(track), "receive")
+        else:
+            self._spawn(self._drain(track), "drain")
+
+    async def _on_connection_state(self) -> None:
+        state = self.pc.connectionState
+        if state == "connected":
+            now = time.monotonic()
+            self._connected_at = now
+            self._last_input = now
+            if self.state == "connecting":
+                self.state = "connected"
+        elif state in ("failed", "closed"):
+            self.request_close(f"connection {state}")
+
+    # --------------------------------------------------------------------------------- media
+
+    async def _receive(self, track: MediaStreamTrack) -> None:
+        """Read every decoded frame as soon as it exists; keep only the newest for the worker."""
+        counters = self.counters
+        frames_in = self._metrics.frames_in.labels(KIND)
+        while True:
+            try:
+                frame = await track.recv()
+            except MediaStreamError:
+                break
+            if not isinstance(frame, av.VideoFrame):
+                continue
+            now = time.monotonic()
+            self._last_input = now
+            counters.frames_in += 1
+            counters.rate_in.add(now)
+            frames_in.inc()
+            with self._pending_lock:
+                replaced = self._pending is not None
+                self._pending = (frame, now)
+            if replaced:
+                self._drop("superseded")
+            self._wake.set()
+        self.request_close("track ended")
+
+    async def _drain(self, track: MediaStreamTrack) -> None:
+        """Tracks this server does not use (audio) are read and discarded so their queues stay empty."""
+        with contextlib.suppress(MediaStreamError):
+            while True:
+                await track.recv()
+
+    async def _work(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            if self._pending is None:
+                continue
+            timer = StageTimer()
+            try:
+                done = await loop.run_in_executor(self._executor, self._process_newest, timer)
+            except BatcherError as exc:  # stale under load (deadline, queue full): dropped, not an error
+                self._drop("stale")
+                log.debug("session %s: frame dropped by the batcher: %s", self.id, exc)
+                continue
+            except Exception:  # one bad frame must not end the session; the drop is counted and logged
+                self._drop("error")
+                self._error_logged += 1
+                if self._error_logged == 1 or self._error_logged % 100 == 0:
+                    log.exception("session %s: frame processing failed (%d so far)", self.id, self._error_logged)
+                continue
+            if done is None:
+                continue
+            out, image, arrived = done
+            self._metrics.observe_stages(timer)
+            self.output.put(out, arrived)
+            await self._publish(image)
+
+    def _process_newest(self, timer: StageTimer) -> tuple[av.VideoFrame, Image, float] | None:
+        """Runs in the executor. The frame is taken only when a thread is free for it, so a session that waited
+        for a thread behind other sessions still processes its newest frame; likewise the identity."""
+        with self._pending_lock:
+            pending, self._pending = self._pending, None
+        if pending is None:
+            return None
+        frame, arrived = pending
+        out, image = self._process(frame, self.source, timer)
+        return out, image, arrived
+
+    def _process(self, frame: av.VideoFrame, source: PreparedSource, timer: StageTimer) -> tuple[av.VideoFrame, Image]:
+        """Convert, swap, convert back, keeping the input's timestamp."""
+        with timer.stage("convert_in"):
+            image = np.asarray(frame.to_ndarray(format="bgr24"), np.uint8)
+        result = self._pipeline.process([image], source, self._tracker, timer, session=self.id)[0].image
+        with timer.stage("convert_out"):
+            out = av.VideoFrame.from_ndarray(result, format="bgr24")
+            out.pts = frame.pts
+            out.time_base = frame.time_base
+        return out, result
+
+    async def _publish(self, image: Image) -> None:
+        if self._publisher_factory is None:
+            return
+        if self._publisher is None:
+            height, width = image.shape[:2]
+            loop = asyncio.get_running_loop()
+            try:
+                self._publisher = await loop.run_in_executor(
+                    None, self._publisher_factory, self.rtsp_path, width, height
+                )
+            except Exception:  # RTSP is an extra: the WebRTC session goes on without it
+                log.exception("session %s: cannot publish to RTSP; going on without it", self.id)
+                self._publisher_factory = None
+                self.rtsp_url = None
+                return
+        try:
+            self._publisher.push(image)
+        except Exception:  # same: never let the RTSP side end the session
+            log.exception("session %s: RTSP push failed; publishing stopped", self.id)
+            self._close_publisher()
+            self._publisher_factory = None
+
+    def _on_sent(self, arrived: float) -> None:
+        now = time.monotonic()
+        counters = self.counters
+        counters.frames_out += 1
+        counters.rate_out.add(now)
+        counters.latencies.append(now - arrived)
+        self._metrics.frames_out.labels(KIND).inc()
+        self._metrics.frame_latency.labels(KIND).observe(now - arrived)
+
+    def _drop(self, reason: str) -> None:
+        self.counters.drops[reason] += 1
+        self._metrics.frames_dropped.labels(KIND, reason).inc()
+
+    async def _watchdog(self) -> None:
+        while True:
+            await asyncio.sleep(0.25)
+            now = time.monotonic()
+            if self._connected_at is None:
+                if now - self._started > self._config.connect_timeout_s:
+                    self.request_close("connect timeout")
+                    return
+            elif now - self._last_input > self._config.media_timeout_s:
+                self.request_close("media timeout")
+                return
+
+    # --------------------------------------------------------------------------------- control
+
+    def switch(self, identity_id: str, source: PreparedSource) -> None:
+        """Use another identity from the next frame on; no renegotiation."""
+        self.identity_id = identity_id
+        self.source = source
+
+    def stats(self) -> dict[str, Any]:
+        now = time.monotonic()
+        c = self.counters
+        latencies = np.asarray(c.latencies, dtype=np.float64) * 1000.0
+        latency = (
+            {"p50": round(float(np.percentile(latencies, 50)), 1), "p95": round(float(np.percentile(latencies, 95)), 1)}
+            if latencies.size
+            else {"p50": None, "p95": None}
+        )
+        return {
+            "id": self.id,
+            "identity": self.identity_id,
+            "state": self.state,
+            "connection": self.pc.connectionState,
+            "codec": self.codec,
+            "created": self.created,
+            "frames_in": c.frames_in,
+            "frames_out": c.frames_out,
+            "fps_in": round(c.rate_in.rate(now), 1),
+            "fps_out": round(c.rate_out.rate(now), 1),
+            "latency_ms": latency,
+            "drops": dict(c.drops),
+            "dropped": sum(c.drops.values()),
+            "rtsp_url": self.rtsp_url,
+            "close_reason": self.close_reason,
+        }
+
+    def _spawn(self, coro: Awaitable[None], name: str) -> None:
+        task: asyncio.Task[None] = asyncio.ensure_future(coro)
+        task.set_name(f"session-{self.id[:8]}-{name}")
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def request_close(self, reason: str) -> asyncio.Task[None]:
+        """Start closing (once); the returned task finishes when everything is released."""
+        if self._close_task is None:
+            self._close_task = asyncio.get_running_loop().create_task(self._close(reason))
+            self._close_task.set_name(f"session-{self.id[:8]}-close")
+        return self._close_task
+
+    async def close(self, reason: str) -> None:
+        await asyncio.shield(self.request_close(reason))
+
+    async def _close(self, reason: str) -> None:
+        self.close_reason = reason
+        self.state = "closing"
+        current = asyncio.current_task()
+        tasks = [t for t in self._tasks if t is not current]
+        for task in tasks:
+            task.cancel()
+        self.output.stop()
+        try:
+            await asyncio.gather(*tasks, return_exceptions=True)
+            try:
+                await asyncio.wait_for(self.pc.close(), PC_CLOSE_TIMEOUT_S)
+            except TimeoutError:
+                log.warning("session %s: peer connection did not close within %.0f s", self.id, PC_CLOSE_TIMEOUT_S)
+            except Exception:  # closing must always finish; the error is only logged
+                log.exception("session %s: error while closing the peer connection", self.id)
+            self._close_publisher()
+        finally:
+            self._pending = None
+            self.state = "closed"
+            self.closed.set()
+            self._on_closed(self)
+
+    def _close_publisher(self) -> None:
+        publisher, self._publisher = self._publisher, None
+        if publisher is not None:
+            try:
+                publisher.close()
+            except Exception:
+                log.exception("session %s: RTSP publisher did not close cleanly", self.id)
+
+
+class SessionManager:
+    """Open sessions, admission against the limit, and closing them all at shutdown."""
+
+    def __init__(
+        self,
+        *,
+        pipeline: FramePipeline,
+        executor: Executor,
+        metrics: Metrics,
+        config: SessionConfig,
+        publisher_factory: PublisherFactory | None = None,
+        rtsp_url: Callable[[str], str] | None = None,
+    ) -> None:
+        self.pipeline = pipeline
+        self.config = config
+        self._executor = executor
+        self._metrics = metrics
+        self._publisher_factory = publisher_factory
+        self._rtsp_url = rtsp_url
+        self._sessions: dict[str, Session] = {}
+        self._reserved = 0
+        self._accepting = True
+
+    def __len__(self) -> int:
+        return len(self._sessions)
+
+    def sessions(self) -> list[Session]:
+        return list(self._sessions.values())
+
+    def rtsp_paths(self) -> list[str]:
+        return [s.rtsp_path for s in self._sessions.values() if s.rtsp_url]
+
+    def get(self, session_id: str) -> Session:
+        session = self._sessions.get(session_id)
+        if session is None:
+            raise SessionNotFound(session_id)
+        return session
+
+    async def open(self, offer: str, identity_id: str, source: PreparedSource) -> tuple[Session, str]:
+        """Admit, negotiate and register a session; returns it with the SDP answer."""
+        if not self._accepting:
+            self._metrics.admission_rejections.labels("session", "shutting_down").inc()
+            raise AdmissionError("the server is shutting down")
+        if len(self._sessions) + self._reserved >= self.config.max_sessions:
+            self._metrics.admission_rejections.labels("session", "capacity").inc()
+            raise AdmissionError(f"all {self.config.max_sessions} session slots are taken")
+        self._reserved += 1
+        try:
+            session = Session(
+                identity_id=identity_id,
+                source=source,
+                pipeline=self.pipeline,
+                executor=self._executor,
+                metrics=self._metrics,
+                config=self.config,
+                on_closed=self._closed,
+                publisher_factory=self._publisher_factory,
+                rtsp_url=self._rtsp_url,
+            )
+            try:
+                answer = await asyncio.wait_for(session.negotiate(offer), NEGOTIATION_TIMEOUT_S)
+            except TimeoutError:
+                await session.close("negotiation failed")
+                raise OfferError("negotiation timed out") from None
+            except BaseException:
+                await session.close("negotiation failed")
+                raise
+            self._sessions[session.id] = session
+            self._metrics.sessions_active.set(len(self._sessions))
+            return session, answer
+        finally:
+            self._reserved -= 1
+
+    def _closed(self, session: Session) -> None:
+        if self._sessions.pop(session.id, None) is not None:
+            self._metrics.sessions_closed.labels(session.close_reason or "unknown").inc()
+        self._metrics.sessions_active.set(len(self._sessions))
+
+    async def close(self, session_id: str, reason: str) -> None:
+        await self.get(session_id).close(reason)
+
+    async def close_all(self, reason: str, grace_s: float) -> bool:
+        """Refuse new sessions and close all open ones; False if some did not finish within `grace_s`."""
+        self._accepting = False
+        sessions = list(self._sessions.values())
+        if not sessions:
+            return True
+        closers = [s.request_close(reason) for s in sessions]
+        _, pending = await asyncio.wait(closers, timeout=grace_s)
+        return not pending
+
+
+def _short(exc: BaseException) -> str:
+    text = str(exc).strip() or type(exc).__name__
+    return text if len(text) <= 200 else text[:197] + "..."

@@ -1,0 +1,64 @@
+"""Prometheus metrics of one server instance, kept in its own registry so several apps can run in one process."""
+
+from collections.abc import Callable
+
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+from app.pipeline.timing import StageTimer
+
+STAGE_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.035, 0.05, 0.075, 0.1, 0.15, 0.25, 0.5, 1.0, 2.5)
+LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1.0, 2.0, 5.0)
+
+
+class Metrics:
+    """Everything `/metrics` exports. `kind` labels say whether a frame belongs to a WebRTC session or an RTSP
+    stream; drop `reason`s are fixed words (superseded, output_superseded, error, ...)."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry if registry is not None else CollectorRegistry()
+        r = self.registry
+        self.ready = Gauge("swapcast_ready", "1 once models are loaded and warmed, else 0.", registry=r)
+        self.sessions_active = Gauge("swapcast_sessions_active", "Open WebRTC sessions.", registry=r)
+        self.streams_active = Gauge("swapcast_streams_active", "Running RTSP ingest streams.", registry=r)
+        self.sessions_closed = Counter(
+            "swapcast_sessions_closed", "WebRTC sessions ended, by why.", ["reason"], registry=r
+        )
+        self.frames_in = Counter("swapcast_frames_in", "Decoded input frames received.", ["kind"], registry=r)
+        self.frames_out = Counter("swapcast_frames_out", "Processed frames handed on.", ["kind"], registry=r)
+        self.frames_dropped = Counter(
+            "swapcast_frames_dropped", "Frames dropped instead of queued, by reason.", ["kind", "reason"], registry=r
+        )
+        self.stage_seconds = Histogram(
+            "swapcast_stage_seconds", "Pipeline stage wall time per call.", ["stage"], buckets=STAGE_BUCKETS, registry=r
+        )
+        self.frame_latency = Histogram(
+            "swapcast_frame_latency_seconds",
+            "From a decoded input frame to its processed frame handed to the encoder.",
+            ["kind"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.admission_rejections = Counter(
+            "swapcast_admission_rejections",
+            "Requests refused for capacity or readiness.",
+            ["resource", "reason"],
+            registry=r,
+        )
+        self.rtsp_clients = Gauge("swapcast_rtsp_clients", "Clients reading our RTSP outputs.", registry=r)
+        self.rtsp_clients.set_function(lambda: 0.0)
+        for kind in ("session", "stream"):
+            self.frames_in.labels(kind)
+            self.frames_out.labels(kind)
+        self.ready.set(0)
+
+    def observe_stages(self, timer: StageTimer) -> None:
+        for stage, values in timer.samples.items():
+            child = self.stage_seconds.labels(stage)
+            for seconds in values:
+                child.observe(seconds)
+
+    def count_rtsp_clients_with(self, count: Callable[[], int]) -> None:
+        self.rtsp_clients.set_function(lambda: float(count()))
+
+    def render(self) -> tuple[bytes, str]:
+        return generate_latest(self.registry), CONTENT_TYPE_LATEST

@@ -1,0 +1,61 @@
+"""The FastAPI application: `create_app()` wires settings, state, routes and the web page."""
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+from fastapi import FastAPI
+from fastapi.responses import FileResponse
+from fastapi.staticfiles import StaticFiles
+
+from app.server.limits import BodyLimitMiddleware
+from app.server.routes import health, identities, sessions, streams
+from app.server.routes.identities import upload_limit
+from app.server.settings import ServerSettings
+from app.server.state import PipelineFactory, ServerState, StateListener
+
+STATIC_DIR = Path(__file__).resolve().parent.parent / "static"
+
+
+def create_app(
+    settings: ServerSettings | None = None,
+    pipeline_factory: PipelineFactory | None = None,
+    *,
+    on_change: StateListener | None = None,
+) -> FastAPI:
+    """A server instance. The pipeline loads and warms in the background after start-up: `/healthz` answers
+    at once, `/readyz` only once the models are ready. `on_change` hears when the server has started and when
+    it became ready (or failed to)."""
+    settings = settings or ServerSettings()
+    state = ServerState(settings, pipeline_factory, on_change)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        await state.start()
+        try:
+            yield
+        finally:
+            await state.stop()
+
+    app = FastAPI(title="swapcast", version="0.1.0", lifespan=lifespan)
+    app.state.swapcast = state
+
+    def limit_for(path: str) -> int:
+        if path.startswith("/v1/identities"):
+            return upload_limit(settings.max_upload_bytes)
+        if path.startswith("/v1/sessions") and path.rstrip("/") == "/v1/sessions":
+            return settings.sdp_max_bytes
+        return settings.max_json_bytes
+
+    app.add_middleware(BodyLimitMiddleware, limit_for=limit_for)
+    app.include_router(health.router)
+    app.include_router(identities.router)
+    app.include_router(sessions.router)
+    app.include_router(streams.router)
+
+    @app.get("/", include_in_schema=False)
+    async def index() -> FileResponse:
+        return FileResponse(STATIC_DIR / "index.html", headers={"Cache-Control": "no-cache"})
+
+    app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
+    return app

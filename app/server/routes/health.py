@@ -1,0 +1,58 @@
+"""Liveness, readiness, metrics and what the page needs to know about the server."""
+
+from typing import Any
+
+from fastapi import APIRouter, Response
+from fastapi.responses import JSONResponse
+
+from app.server.deps import StateDep
+
+router = APIRouter(tags=["health"])
+
+
+@router.get("/healthz")
+async def healthz() -> dict[str, str]:
+    return {"status": "alive"}
+
+
+@router.get("/readyz")
+async def readyz(state: StateDep) -> JSONResponse:
+    if not state.ready or state.pipeline is None:
+        return JSONResponse(
+            {"status": "not ready", "reason": state.not_ready_reason},
+            status_code=503,
+            headers={"Retry-After": str(state.settings.retry_after_s)},
+        )
+    return JSONResponse({"status": "ready", "engine": state.pipeline.engine.name})
+
+
+@router.get("/metrics")
+async def metrics(state: StateDep) -> Response:
+    body, content_type = state.metrics.render()
+    return Response(body, media_type=content_type)
+
+
+@router.get("/v1/server")
+async def server_info(state: StateDep) -> dict[str, Any]:
+    s = state.settings
+    pipeline = state.pipeline
+    return {
+        "ready": state.ready,
+        "reason": state.not_ready_reason or None,
+        "engine": pipeline.engine.name if pipeline else None,
+        "model_key": pipeline.engine.model_key if pipeline else None,
+        "rtsp": {
+            "available": state.rtsp.available,
+            "reason": state.rtsp.reason,
+            "base_url": state.rtsp.base_url() if state.rtsp.available else None,
+        },
+        "codecs": list(s.video_codecs),
+        "limits": {
+            "max_sessions": s.max_sessions,
+            "max_streams": s.max_streams,
+            "max_upload_bytes": s.max_upload_bytes,
+            "max_image_pixels": s.max_image_pixels,
+        },
+        "sessions": len(state.sessions) if state.sessions is not None else 0,
+        "streams": len(state.streams) if state.streams is not None else 0,
+    }

@@ -1,0 +1,235 @@
+"""Identities: upload a face photo once, use it in any number of sessions and streams."""
+
+import asyncio
+import re
+from pathlib import PurePath
+from typing import Annotated
+
+import cv2
+import numpy as np
+from fastapi import APIRouter, HTTPException, Path, Request, Response
+from pydantic import BaseModel
+from starlette.datastructures import UploadFile
+from starlette.formparsers import MultiPartException, MultiPartParser
+
+from app.identity.images import ImageInfo, ImageRejected, decode_image, sniff_format
+from app.identity.store import Identity, IdentityNotFound, IdentityUnreadable
+from app.pipeline.pipeline import FramePipeline
+from app.pipeline.swap import PreparedSource
+from app.pipeline.types import Face, Image
+from app.server.deps import PipelineDep, StateDep, StoreDep
+from app.server.limits import capped_stream, media_type
+
+router = APIRouter(prefix="/v1/identities", tags=["identities"])
+
+MULTIPART_OVERHEAD = 64 * 1024
+MAX_NAME = 100
+THUMB_SIZE = 160
+
+IdentityId = Annotated[str, Path(min_length=1, max_length=64)]
+
+
+class IdentityOut(BaseModel):
+    id: str
+    name: str
+    faces: int
+    face_index: int | None
+    model_key: str | None
+    created: str
+    width: int
+    height: int
+
+    @classmethod
+    def of(cls, identity: Identity, model_key: str | None) -> "IdentityOut":
+        return cls(
+            id=identity.id,
+            name=identity.name,
+            faces=identity.faces,
+            face_index=identity.face_index,
+            model_key=model_key,
+            created=identity.created,
+            width=identity.width,
+            height=identity.height,
+        )
+
+
+class IdentityList(BaseModel):
+    identities: list[IdentityOut]
+
+
+def upload_limit(max_upload_bytes: int) -> int:
+    return max_upload_bytes + MULTIPART_OVERHEAD
+
+
+def _clean_name(raw: str | None, filename: str | None) -> str:
+    name = raw if raw is not None else (PurePath(filename).stem if filename else "")
+    name = re.sub(r"[\x00-\x1f\x7f]+", " ", name).strip()
+    if len(name) > MAX_NAME:
+        raise HTTPException(422, f"name is longer than {MAX_NAME} characters")
+    return name or "identity"
+
+
+def _parse_face_index(raw: str | None) -> int | None:
+    if raw is None or raw.strip() == "":
+        return None
+    try:
+        value = int(raw.strip())
+    except ValueError:
+        raise HTTPException(422, f"face_index must be a whole number, got {raw[:20]!r}") from None
+    if value < 0:
+        raise HTTPException(422, "face_index must not be negative")
+    return value
+
+
+def _thumbnail(image: Image, face: Face) -> bytes:
+    x1, y1, x2, y2 = (float(v) for v in face.box)
+    cx, cy = (x1 + x2) / 2, (y1 + y2) / 2
+    half = max(x2 - x1, y2 - y1) * 0.7
+    height, width = image.shape[:2]
+    top, bottom = int(max(0, cy - half)), int(min(height, cy + half))
+    left, right = int(max(0, cx - half)), int(min(width, cx + half))
+    crop = image[top:bottom, left:right] if bottom > top and right > left else image
+    scale = THUMB_SIZE / max(crop.shape[:2])
+    if scale < 1:
+        size = (max(1, round(crop.shape[1] * scale)), max(1, round(crop.shape[0] * scale)))
+        crop = np.asarray(cv2.resize(crop, size, interpolation=cv2.INTER_AREA), np.uint8)
+    ok, encoded = cv2.imencode(".jpg", np.ascontiguousarray(crop), [cv2.IMWRITE_JPEG_QUALITY, 85])
+    if not ok:
+        raise RuntimeError("thumbnail encoding failed")
+    return encoded.tobytes()
+
+
+def _analyse(
+    pipeline: FramePipeline, data: bytes, max_pixels: int, face_index: int | None
+) -> tuple[ImageInfo, int, PreparedSource, bytes]:
+    """Runs in an executor: decode, find faces, pick one, prepare it for the engine."""
+    image, info = decode_image(data, max_pixels)
+    (faces,) = pipeline.detector.process([image])
+    if not faces:
+        raise ImageRejected(422, "no face found in the image")
+    if face_index is None:
+        if len(faces) > 1:
+            raise ImageRejected(
+                422, f"found {len(faces)} faces; choose one with face_index 0..{len(faces) - 1} (by detector score)"
+            )
+        face = faces[0]
+    elif face_index < len(faces):
+        face = faces[face_index]
+    else:
+        raise ImageRejected(422, f"the image has {len(faces)} face(s); face_index {face_index} does not exist")
+    prepared = pipeline.engine.prepare(image, face)
+    return info, len(faces), prepared, _thumbnail(image, face)
+
+
+@router.post("", status_code=201, response_model=IdentityOut)
+async def create_identity(request: Request, state: StateDep, pipeline: PipelineDep) -> IdentityOut:
+    """Multipart form: `image` (JPEG, PNG or WebP), optional `face_index`, optional `name`."""
+    settings = state.settings
+    if media_type(request) != "multipart/form-data":
+        raise HTTPException(415, "send multipart/form-data with an `image` field")
+    parser = MultiPartParser(
+        request.headers,
+        capped_stream(request, upload_limit(settings.max_upload_bytes)),
+        max_files=1,
+        max_fields=4,
+        max_part_size=4096,
+    )
+    try:
+        form = await parser.parse()
+    except MultiPartException as exc:
+        raise HTTPException(400, f"malformed multipart body: {exc}") from None
+    try:
+        upload = form.get("image")
+        if not isinstance(upload, UploadFile):
+            raise HTTPException(422, "the form has no `image` file field")
+        raw_name = form.get("name")
+        raw_index = form.get("face_index")
+        if isinstance(raw_name, UploadFile) or isinstance(raw_index, UploadFile):
+            raise HTTPException(422, "`name` and `face_index` must be plain form fields")
+        face_index = _parse_face_index(raw_index)
+        name = _clean_name(raw_name, upload.filename)
+        if upload.size is not None and upload.size > settings.max_upload_bytes:
+            raise HTTPException(413, f"image is over the limit of {settings.max_upload_bytes} bytes")
+        data = await upload.read(settings.max_upload_bytes + 1)
+    finally:
+        await form.close()
+    if len(data) > settings.max_upload_bytes:
+        raise HTTPException(413, f"image is over the limit of {settings.max_upload_bytes} bytes")
+    if not data:
+        raise HTTPException(422, "the image field is empty")
+    if sniff_format(data) is None:
+        raise HTTPException(415, "unsupported image type: send a JPEG, PNG or WebP file")
+
+    loop = asyncio.get_running_loop()
+    try:
+        info, faces, prepared, thumb = await loop.run_in_executor(
+            state.control_executor, _analyse, pipeline, data, settings.max_image_pixels, face_index
+        )
+    except ImageRejected as exc:
+        raise HTTPException(exc.status, exc.reason) from None
+    identity = await loop.run_in_executor(
+        state.control_executor,
+        lambda: state.store.create(
+            name=name,
+            photo=data,
+            format=info.format,
+            width=info.width,
+            height=info.height,
+            faces=faces,
+            face_index=face_index,
+            thumbnail=thumb,
+            prepared=prepared,
+        ),
+    )
+    state.cache.put(identity.id, prepared.model_key, prepared)
+    return IdentityOut.of(identity, prepared.model_key)
+
+
+def _model_key(state: StateDep) -> str | None:
+    return state.pipeline.engine.model_key if state.pipeline is not None else None
+
+
+@router.get("", response_model=IdentityList)
+async def list_identities(state: StateDep, store: StoreDep) -> IdentityList:
+    loop = asyncio.get_running_loop()
+    found = await loop.run_in_executor(state.control_executor, store.list)
+    key = _model_key(state)
+    return IdentityList(identities=[IdentityOut.of(i, key) for i in found])
+
+
+async def _get(state: StateDep, identity_id: str) -> Identity:
+    loop = asyncio.get_running_loop()
+    try:
+        return await loop.run_in_executor(state.control_executor, state.store.get, identity_id)
+    except IdentityNotFound as exc:
+        raise HTTPException(404, str(exc)) from None
+    except IdentityUnreadable as exc:
+        raise HTTPException(409, str(exc)) from None
+
+
+@router.get("/{identity_id}", response_model=IdentityOut)
+async def get_identity(identity_id: IdentityId, state: StateDep) -> IdentityOut:
+    return IdentityOut.of(await _get(state, identity_id), _model_key(state))
+
+
+@router.get("/{identity_id}/thumbnail")
+async def get_thumbnail(identity_id: IdentityId, state: StateDep) -> Response:
+    await _get(state, identity_id)
+    loop = asyncio.get_running_loop()
+    try:
+        data = await loop.run_in_executor(state.control_executor, state.store.thumbnail, identity_id)
+    except IdentityNotFound as exc:
+        raise HTTPException(404, str(exc)) from None
+    return Response(data, media_type="image/jpeg", headers={"Cache-Control": "private, max-age=3600"})
+
+
+@router.delete("/{identity_id}", status_code=204)
+async def delete_identity(identity_id: IdentityId, state: StateDep) -> Response:
+    loop = asyncio.get_running_loop()
+    try:
+        await loop.run_in_executor(state.control_executor, state.store.delete, identity_id)
+    except IdentityNotFound as exc:
+        raise HTTPException(404, str(exc)) from None
+    finally:
+        state.cache.invalidate(identity_id)
+    return Response(status_code=204)

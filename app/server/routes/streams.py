@@ -1,0 +1,89 @@
+"""RTSP ingest streams: pull an RTSP camera (or, when allowed, a local file), publish the swapped video."""
+
+from pathlib import Path as FilePath
+from typing import Annotated, Any
+from urllib.parse import urlsplit
+
+from fastapi import APIRouter, HTTPException, Path, Response
+from pydantic import BaseModel, Field
+
+from app.media.webrtc import AdmissionError
+from app.server.deps import StateDep, StreamsDep
+from app.server.ingest import StreamNotFound, StreamsUnavailable
+from app.server.routes.sessions import load_identity
+from app.server.settings import ServerSettings
+
+router = APIRouter(prefix="/v1/streams", tags=["streams"])
+
+StreamId = Annotated[str, Path(min_length=1, max_length=64)]
+
+
+class StreamRequest(BaseModel):
+    source_url: str = Field(min_length=1, max_length=2048)
+    identity: str = Field(min_length=1, max_length=64)
+
+
+def check_source(url: str, settings: ServerSettings) -> str:
+    """The source to pull, or 422 with the reason: rtsp:// and rtsps:// URLs, local files only when allowed."""
+    if any(ord(c) < 32 or ord(c) == 127 for c in url):
+        raise HTTPException(422, "source_url contains control characters")
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError as exc:
+        raise HTTPException(422, f"source_url is not a valid URL: {exc}") from None
+    scheme = parts.scheme.lower()
+    if scheme in ("rtsp", "rtsps"):
+        if not parts.hostname:
+            raise HTTPException(422, "source_url has no host")
+        if port == 0:
+            raise HTTPException(422, "source_url has port 0")
+        return url
+    if scheme in ("", "file"):
+        if not settings.allow_file_sources:
+            raise HTTPException(422, "file sources are off on this server (SWAPCAST_ALLOW_FILE_SOURCES); use rtsp://")
+        path = FilePath(parts.path if scheme == "file" else url)
+        if not path.is_absolute():
+            raise HTTPException(422, "a file source must be an absolute path")
+        if not path.is_file():
+            raise HTTPException(422, f"no such file: {path}")
+        return str(path)
+    raise HTTPException(422, f"unsupported source scheme {scheme!r}: use rtsp:// or rtsps://")
+
+
+@router.post("", status_code=201)
+async def create_stream(request: StreamRequest, state: StateDep, streams: StreamsDep) -> dict[str, Any]:
+    source_url = check_source(request.source_url, state.settings)
+    reason = streams.unavailable_reason
+    if reason is not None:
+        raise HTTPException(503, reason)
+    source = await load_identity(state, request.identity)
+    try:
+        stream = await streams.open(source_url, request.identity, source)
+    except AdmissionError as exc:
+        raise HTTPException(503, str(exc), headers={"Retry-After": str(state.settings.retry_after_s)}) from None
+    except StreamsUnavailable as exc:
+        raise HTTPException(503, str(exc)) from None
+    return stream.stats()
+
+
+@router.get("")
+async def list_streams(streams: StreamsDep) -> dict[str, list[dict[str, Any]]]:
+    return {"streams": [s.stats() for s in streams.streams()]}
+
+
+@router.get("/{stream_id}")
+async def get_stream(stream_id: StreamId, streams: StreamsDep) -> dict[str, Any]:
+    try:
+        return streams.get(stream_id).stats()
+    except StreamNotFound as exc:
+        raise HTTPException(404, str(exc)) from None
+
+
+@router.delete("/{stream_id}", status_code=204)
+async def delete_stream(stream_id: StreamId, streams: StreamsDep) -> Response:
+    try:
+        await streams.close(stream_id)
+    except StreamNotFound as exc:
+        raise HTTPException(404, str(exc)) from None
+    return Response(status_code=204)

@@ -1,0 +1,102 @@
+"""The RTSP output as the server sees it: optional, with the reason when it is off.
+
+`app.media.rtsp_out` needs GStreamer's RTSP server through PyGObject; when it cannot be imported or cannot
+start, the server still runs and `/readyz`, the start-up banner and the stream routes say why RTSP is off.
+"""
+
+import importlib
+import logging
+from typing import Any, Protocol
+
+from app.pipeline.types import Image
+
+log = logging.getLogger(__name__)
+
+
+class FramePublisher(Protocol):
+    def push(self, image: Image) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class RtspOutput:
+    def __init__(self, *, enabled: bool, port: int, host: str, public_host: str) -> None:
+        self.port = port
+        self.host = host
+        self.public_host = public_host
+        self._server: Any = None
+        self.reason: str | None = None if enabled else "disabled by SWAPCAST_RTSP_ENABLED=false"
+        self._enabled = enabled
+
+    @property
+    def available(self) -> bool:
+        return self._server is not None
+
+    def start(self) -> None:
+        """Start the RTSP server if it can run here; otherwise remember why not. Never raises."""
+        if not self._enabled:
+            return
+        try:
+            module = importlib.import_module("app.media.rtsp_out")
+        except Exception as exc:  # a missing module or a missing GStreamer binding: RTSP is optional
+            self.reason = f"RTSP output cannot load: {exc}"
+            log.warning("%s", self.reason)
+            return
+        try:
+            server = module.RtspServer(self.port, host=self.host)
+            server.start()
+        except Exception as exc:  # the server could not bind or build its pipeline
+            self.reason = f"RTSP server did not start: {exc}"
+            log.warning("%s", self.reason)
+            return
+        if not getattr(server, "available", True):
+            self.reason = str(getattr(server, "unavailable_reason", None) or "RTSP server unavailable")
+            log.warning("RTSP output is off: %s", self.reason)
+            _stop_quietly(server)
+            return
+        self._server = server
+        self.reason = None
+
+    def stop(self) -> None:
+        server, self._server = self._server, None
+        if server is not None:
+            _stop_quietly(server)
+
+    def publish(self, path: str, width: int, height: int, fps: int = 30) -> FramePublisher:
+        """Serve `path` at (even-rounded) `width`x`height`; frames of another size are resized on push."""
+        if self._server is None:
+            raise RuntimeError(self.reason or "RTSP output is off")
+        even_width, even_height = max(2, width - width % 2), max(2, height - height % 2)
+        publisher: FramePublisher = self._server.publish(path, even_width, even_height, fps)
+        return publisher
+
+    def url(self, path: str) -> str:
+        return f"{self.base_url()}{path.lstrip('/')}"
+
+    def base_url(self) -> str:
+        """rtsp://host:port/ with the public host and the port actually bound."""
+        server = self._server
+        port = int(server.port) if server is not None else self.port
+        host = self.public_host
+        if ":" in host and not host.startswith("["):
+            host = f"[{host}]"
+        return f"rtsp://{host}:{port}/"
+
+    def client_count(self, paths: list[str]) -> int:
+        server = self._server
+        if server is None:
+            return 0
+        total = 0
+        for path in paths:
+            try:
+                total += int(server.client_count(path))
+            except Exception:  # a path that closed meanwhile counts no clients
+                continue
+        return total
+
+
+def _stop_quietly(server: Any) -> None:
+    try:
+        server.stop()
+    except Exception:
+        log.exception("RTSP server did not stop cleanly")

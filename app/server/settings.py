@@ -1,0 +1,75 @@
+"""Server settings from the environment (prefix SWAPCAST_), validated once at start-up."""
+
+import os
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from app.settings import BatchingSettings, PipelineSettings
+
+VideoCodec = Literal["H264", "VP8"]
+DEFAULT_CODECS: tuple[VideoCodec, ...] = ("H264", "VP8")
+
+
+def default_identity_dir() -> Path:
+    """Identities live under the user's data directory unless SWAPCAST_IDENTITY_DIR says otherwise."""
+    data = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(data) / "swapcast" / "identities"
+
+
+class ServerSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="SWAPCAST_", env_nested_delimiter="__", extra="ignore")
+
+    host: str = "127.0.0.1"
+    port: int = Field(8000, ge=0, le=65535)
+    public_host: str | None = None  # host name put in printed and returned URLs; the bind host by default
+
+    rtsp_enabled: bool = True
+    rtsp_port: int = Field(8554, ge=0, le=65535)
+
+    max_sessions: int = Field(4, ge=1)
+    max_streams: int = Field(4, ge=1)
+    retry_after_s: int = Field(5, ge=1)
+
+    identity_dir: Path = Field(default_factory=default_identity_dir)
+    identity_cache_items: int = Field(64, ge=1)
+    max_upload_bytes: int = Field(10 * 1024 * 1024, ge=1024)
+    max_image_pixels: int = Field(40_000_000, ge=64 * 64)
+    sdp_max_bytes: int = Field(128 * 1024, ge=1024)
+    max_json_bytes: int = Field(64 * 1024, ge=1024)
+
+    video_codecs: list[VideoCodec] = Field(default_factory=lambda: list(DEFAULT_CODECS), min_length=1)
+    ice_servers: list[str] = Field(default_factory=list)  # stun:/turn: URLs; none by default (no outside calls)
+    connect_timeout_s: float = Field(20.0, gt=0)  # offer answered -> media flowing
+    media_timeout_s: float = Field(10.0, gt=0)  # no input frame for this long ends a session
+    shutdown_grace_s: float = Field(5.0, gt=0)
+
+    allow_file_sources: bool = False  # let POST /v1/streams read local files (tests, demos)
+    pipeline_workers: int = Field(default_factory=lambda: os.cpu_count() or 1, ge=1)
+    warmup: bool = True
+
+    pipeline: PipelineSettings = Field(default_factory=PipelineSettings)
+    batching_enabled: bool = True  # one shared dynamic batcher per model across all sessions
+    batching: BatchingSettings = Field(default_factory=BatchingSettings)
+
+    @model_validator(mode="after")
+    def _one_thread_per_model_run(self) -> "ServerSettings":
+        """Unless SWAPCAST_THREADS says otherwise, each model run uses one thread: sessions run in parallel on
+        `pipeline_workers` threads instead, and the codecs keep their cores (measured on 2 cores: with both per
+        model run, one 480p session got 3 fps at p50 730 ms; with one, 11 fps at 290 ms)."""
+        if self.pipeline.threads is None:
+            self.pipeline = self.pipeline.model_copy(update={"threads": 1})
+        # Live video keeps the tracker's smoothing but skips the second landmark pass per face (about two
+        # small detector runs per face per frame) unless it is asked for.
+        if "refine_landmarks" not in self.pipeline.model_fields_set:
+            self.pipeline = self.pipeline.model_copy(update={"refine_landmarks": False})
+        return self
+
+    def url_host(self) -> str:
+        if self.public_host:
+            return self.public_host
+        if self.host in ("0.0.0.0", "::", ""):
+            return "127.0.0.1"
+        return self.host

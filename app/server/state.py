@@ -1,0 +1,192 @@
+"""Everything one server instance holds: settings, metrics, the pipeline once loaded, identities, sessions,
+streams and the RTSP output; started and stopped by the app's lifespan."""
+
+import asyncio
+import logging
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+from prometheus_client import CollectorRegistry
+
+from app.identity.cache import IdentityCache
+from app.identity.store import IdentityNotFound, IdentityStore, is_identity_id
+from app.media.webrtc import SessionConfig, SessionManager
+from app.observability import Metrics
+from app.pipeline.pipeline import FramePipeline
+from app.pipeline.swap import PreparedSource
+from app.server.ingest import StreamManager
+from app.server.rtsp import RtspOutput
+from app.server.settings import ServerSettings
+from app.settings import BatchingSettings, PipelineSettings
+
+log = logging.getLogger(__name__)
+
+PipelineFactory = Callable[[PipelineSettings], FramePipeline]
+StateListener = Callable[["ServerState"], None]
+WARMUP_SIZES = ((640, 480), (1280, 720))
+
+
+def shared_pipeline_factory(batching: BatchingSettings | None, registry: CollectorRegistry) -> PipelineFactory:
+    """The server's own pipeline: every session's model calls go through one dynamic batcher per model
+    (unless batching is off), and the batchers report into the server's metrics registry."""
+
+    def build(settings: PipelineSettings) -> FramePipeline:
+        from app.pipeline.factory import build_pipeline
+
+        return build_pipeline(settings, batching=batching.plan() if batching else None, registry=registry)
+
+    return build
+
+
+def warm_up(pipeline: FramePipeline) -> None:
+    """Run the detector once per common frame size so the first session does not pay for it."""
+    tracker = pipeline.new_stream()
+    for width, height in WARMUP_SIZES:
+        frame = np.full((height, width, 3), 127, np.uint8)
+        pipeline.detector.process([frame])
+        tracker.reset()
+
+
+class NotReady(Exception):
+    pass
+
+
+class ServerState:
+    def __init__(
+        self,
+        settings: ServerSettings,
+        pipeline_factory: PipelineFactory | None = None,
+        on_change: StateListener | None = None,
+    ) -> None:
+        self.settings = settings
+        self._on_change = on_change
+        self.metrics = Metrics()
+        self._pipeline_factory = pipeline_factory or shared_pipeline_factory(
+            settings.batching if settings.batching_enabled else None, self.metrics.registry
+        )
+        # Video frames run on `executor`; identity work (decode, detect, prepare) on `control_executor`, so an
+        # upload or an identity switch never waits behind video.
+        self.executor = ThreadPoolExecutor(settings.pipeline_workers, thread_name_prefix="swapcast-pipeline")
+        self.control_executor = ThreadPoolExecutor(2, thread_name_prefix="swapcast-control")
+        self.store = IdentityStore(settings.identity_dir)
+        self.rtsp = RtspOutput(
+            enabled=settings.rtsp_enabled, port=settings.rtsp_port, host=settings.host, public_host=settings.url_host()
+        )
+        self.cache: IdentityCache[PreparedSource] = IdentityCache(
+            self._load_identity, max_items=settings.identity_cache_items, registry=self.metrics.registry
+        )
+        self.pipeline: FramePipeline | None = None
+        self.sessions: SessionManager | None = None
+        self.streams: StreamManager | None = None
+        self.ready = False
+        self.not_ready_reason: str = "starting"
+        self._load_task: asyncio.Task[None] | None = None
+        self.loop: asyncio.AbstractEventLoop | None = None
+
+    # ------------------------------------------------------------------------------ lifecycle
+
+    async def start(self) -> None:
+        loop = self.loop = asyncio.get_running_loop()
+        await loop.run_in_executor(self.control_executor, self.store.open)
+        await loop.run_in_executor(self.control_executor, self.rtsp.start)
+        self.metrics.count_rtsp_clients_with(self._rtsp_clients)
+        self._load_task = loop.create_task(self._load())
+        self._announce()
+
+    async def _load(self) -> None:
+        loop = asyncio.get_running_loop()
+        self.not_ready_reason = "loading models"
+        try:
+            pipeline = await loop.run_in_executor(self.control_executor, self._pipeline_factory, self.settings.pipeline)
+            if self.settings.warmup:
+                self.not_ready_reason = "warming up"
+                await loop.run_in_executor(self.control_executor, warm_up, pipeline)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # the server stays alive and says why it is not ready
+            self.not_ready_reason = f"model load failed: {exc}"
+            log.exception("pipeline did not load")
+            self._announce()
+            return
+        self.pipeline = pipeline
+        s = self.settings
+        self.sessions = SessionManager(
+            pipeline=pipeline,
+            executor=self.executor,
+            metrics=self.metrics,
+            config=SessionConfig(
+                max_sessions=s.max_sessions,
+                codecs=tuple(s.video_codecs),
+                ice_servers=tuple(s.ice_servers),
+                connect_timeout_s=s.connect_timeout_s,
+                media_timeout_s=s.media_timeout_s,
+            ),
+            publisher_factory=self.rtsp.publish if self.rtsp.available else None,
+            rtsp_url=self.rtsp.url if self.rtsp.available else None,
+        )
+        self.streams = StreamManager(pipeline=pipeline, metrics=self.metrics, rtsp=self.rtsp, max_streams=s.max_streams)
+        self.ready = True
+        self.not_ready_reason = ""
+        self.metrics.ready.set(1)
+        log.info("ready: engine %s (%s)", pipeline.engine.name, pipeline.engine.model_key)
+        self._announce()
+
+    def _announce(self) -> None:
+        if self._on_change is not None:
+            try:
+                self._on_change(self)
+            except Exception:  # a listener must not take the server down
+                log.exception("state listener failed")
+
+    async def stop(self) -> None:
+        self.ready = False
+        self.not_ready_reason = "shutting down"
+        self.metrics.ready.set(0)
+        if self._load_task is not None and not self._load_task.done():
+            self._load_task.cancel()
+            await asyncio.gather(self._load_task, return_exceptions=True)
+        grace = self.settings.shutdown_grace_s
+        closers = []
+        if self.sessions is not None:
+            closers.append(self.sessions.close_all("shutdown", grace))
+        if self.streams is not None:
+            closers.append(self.streams.close_all(grace))
+        results = await asyncio.gather(*closers, return_exceptions=True)
+        if not all(r is True for r in results):
+            log.warning("some sessions or streams did not close within %.1f s", grace)
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(self.control_executor, self.rtsp.stop)
+        if self.pipeline is not None:  # a pipeline with batchers stops their threads
+            try:
+                await loop.run_in_executor(self.control_executor, self.pipeline.close)
+            except Exception:
+                log.exception("pipeline did not close cleanly")
+        self.executor.shutdown(wait=False, cancel_futures=True)
+        self.control_executor.shutdown(wait=False, cancel_futures=True)
+
+    # ------------------------------------------------------------------------------ identities
+
+    def _load_identity(self, identity_id: str, model_key: str) -> PreparedSource:
+        pipeline = self.pipeline
+        if pipeline is None:
+            raise NotReady(self.not_ready_reason)
+        return self.store.load_prepared(identity_id, model_key, pipeline.engine.name, pipeline.prepare_source)
+
+    async def load_source(self, identity_id: str) -> PreparedSource:
+        """The identity prepared for the loaded engine (cached); IdentityNotFound if there is none."""
+        pipeline = self.pipeline
+        if pipeline is None:
+            raise NotReady(self.not_ready_reason)
+        if not is_identity_id(identity_id):
+            raise IdentityNotFound(identity_id)
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self.control_executor, self.cache.get, identity_id, pipeline.engine.model_key)
+
+    def _rtsp_clients(self) -> int:
+        paths: list[str] = []
+        if self.sessions is not None:
+            paths += self.sessions.rtsp_paths()
+        if self.streams is not None:
+            paths += self.streams.rtsp_paths()
+        return self.rtsp.client_count(paths)

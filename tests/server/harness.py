@@ -1,0 +1,123 @@
+"""A real server on 127.0.0.1 in a background thread, and helpers shared by the server tests."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import threading
+import time
+from collections.abc import Callable, Coroutine
+from pathlib import Path
+from typing import Any, TypeVar
+
+import cv2
+import httpx
+import numpy as np
+import uvicorn
+from fastapi import FastAPI
+
+from app.pipeline.pipeline import FramePipeline
+from app.pipeline.types import Image
+from app.server.app import create_app
+from app.server.settings import ServerSettings
+from app.server.state import ServerState
+from app.settings import PipelineSettings
+
+T = TypeVar("T")
+
+
+class RunningServer:
+    def __init__(self, app: FastAPI) -> None:
+        self.app = app
+        self.state: ServerState = app.state.swapcast
+        self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self._sock.bind(("127.0.0.1", 0))
+        self.port = self._sock.getsockname()[1]
+        self.base_url = f"http://127.0.0.1:{self.port}"
+        self.server = uvicorn.Server(uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=5))
+        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self._sock]}, daemon=True)
+
+    def start(self, *, wait_ready: bool = True, timeout: float = 60.0) -> RunningServer:
+        self.thread.start()
+        deadline = time.monotonic() + timeout
+        while not self.server.started:
+            if not self.thread.is_alive() or time.monotonic() > deadline:
+                raise RuntimeError("server did not start")
+            time.sleep(0.02)
+        if wait_ready:
+            self.wait_ready(deadline - time.monotonic())
+        return self
+
+    def wait_ready(self, timeout: float = 60.0) -> None:
+        deadline = time.monotonic() + timeout
+        while httpx.get(f"{self.base_url}/readyz").status_code != 200:
+            if time.monotonic() > deadline:
+                raise RuntimeError("server did not become ready")
+            time.sleep(0.05)
+
+    def stop(self, timeout: float = 20.0) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout)
+        self._sock.close()
+        if self.thread.is_alive():
+            raise RuntimeError("server thread did not stop")
+
+    def call(self, fn: Callable[[], Coroutine[Any, Any, T]], timeout: float = 10.0) -> T:
+        """Run a coroutine on the server's own event loop and return its result."""
+        loop = self.state.loop
+        assert loop is not None
+        return asyncio.run_coroutine_threadsafe(fn(), loop).result(timeout)
+
+    def task_names(self) -> list[str]:
+        async def names() -> list[str]:
+            me = asyncio.current_task()
+            return sorted(t.get_name() for t in asyncio.all_tasks() if t is not me)
+
+        return self.call(names)
+
+    def __enter__(self) -> RunningServer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.thread.is_alive():
+            self.stop()
+
+
+def server_settings(identity_dir: Path, **overrides: Any) -> ServerSettings:
+    values: dict[str, Any] = {
+        "identity_dir": identity_dir,
+        "rtsp_enabled": False,
+        "max_sessions": 2,
+        "media_timeout_s": 4.0,
+        "connect_timeout_s": 15.0,
+        "pipeline_workers": 2,
+        "pipeline": PipelineSettings(engine="classic"),
+    }
+    values.update(overrides)
+    return ServerSettings(**values)
+
+
+def start_server(
+    settings: ServerSettings, pipeline_factory: Callable[[PipelineSettings], FramePipeline], *, wait_ready: bool = True
+) -> RunningServer:
+    return RunningServer(create_app(settings, pipeline_factory)).start(wait_ready=wait_ready)
+
+
+def encode(image: Image, ext: str = ".png") -> bytes:
+    ok, data = cv2.imencode(ext, image)
+    assert ok
+    return data.tobytes()
+
+
+def face_crop(image: Image, box: np.ndarray, margin: float = 0.8) -> Image:
+    x1, y1, x2, y2 = (float(v) for v in box)
+    cx, cy = (x1 + x2) / 2, (y1 + y2) / 2
+    half = max(x2 - x1, y2 - y1) * margin
+    top, bottom = int(max(0, cy - half)), int(min(image.shape[0], cy + half))
+    left, right = int(max(0, cx - half)), int(min(image.shape[1], cx + half))
+    return np.ascontiguousarray(image[top:bottom, left:right])
+
+
+def upload(base_url: str, data: bytes, filename: str = "face.png", **fields: str) -> httpx.Response:
+    return httpx.post(f"{base_url}/v1/identities", files={"image": (filename, data)}, data=fields, timeout=60)

@@ -1,0 +1,157 @@
+"""Identities: upload, list, fetch, delete, survive a restart, and refuse hostile or unusable images."""
+
+import io
+import socket
+from collections.abc import Callable
+from pathlib import Path
+
+import cv2
+import httpx
+import numpy as np
+import pytest
+from PIL import Image as PilImage
+
+from app.identity.store import prepared_file_name
+from app.media.clips import load_sample
+from app.pipeline.pipeline import FramePipeline
+from app.settings import PipelineSettings
+from tests.server.harness import RunningServer, encode, server_settings, start_server, upload
+from tests.server.images import gif_bytes, gradient, png_claiming
+
+
+def test_upload_list_get_thumbnail_delete(server: RunningServer, tom_png: bytes) -> None:
+    created = upload(server.base_url, tom_png, "tom.png", name="Tom")
+    assert created.status_code == 201, created.text
+    body = created.json()
+    assert body["name"] == "Tom"
+    assert body["faces"] == 1
+    assert body["face_index"] is None
+    assert body["model_key"] == "classic:256"
+    identity = body["id"]
+
+    listed = httpx.get(f"{server.base_url}/v1/identities").json()["identities"]
+    assert identity in [i["id"] for i in listed]
+    assert httpx.get(f"{server.base_url}/v1/identities/{identity}").json()["name"] == "Tom"
+    thumb = httpx.get(f"{server.base_url}/v1/identities/{identity}/thumbnail")
+    assert thumb.status_code == 200 and thumb.headers["content-type"] == "image/jpeg"
+    assert cv2.imdecode(np.frombuffer(thumb.content, np.uint8), cv2.IMREAD_COLOR) is not None
+
+    assert httpx.delete(f"{server.base_url}/v1/identities/{identity}").status_code == 204
+    assert httpx.get(f"{server.base_url}/v1/identities/{identity}").status_code == 404
+    assert httpx.delete(f"{server.base_url}/v1/identities/{identity}").status_code == 404
+    refused = httpx.post(
+        f"{server.base_url}/v1/sessions?identity={identity}",
+        content="v=0\r\n",
+        headers={"Content-Type": "application/sdp"},
+    )
+    assert refused.status_code == 404
+
+
+def test_name_defaults_to_the_file_name_and_webp_is_accepted(server: RunningServer) -> None:
+    rgb = load_sample("tom_hanks")[:, :, ::-1]
+    buffer = io.BytesIO()
+    PilImage.fromarray(np.ascontiguousarray(rgb)).save(buffer, format="WEBP", quality=90)
+    created = upload(server.base_url, buffer.getvalue(), "Tom Hanks.webp")
+    assert created.status_code == 201, created.text
+    assert created.json()["name"] == "Tom Hanks"
+
+
+def test_group_photo_needs_a_face_index(server: RunningServer, t1_jpeg: bytes) -> None:
+    ambiguous = upload(server.base_url, t1_jpeg, "group.jpg")
+    assert ambiguous.status_code == 422
+    assert "found 6 faces" in ambiguous.json()["detail"]
+    chosen = upload(server.base_url, t1_jpeg, "group.jpg", face_index="2")
+    assert chosen.status_code == 201, chosen.text
+    assert chosen.json()["faces"] == 6 and chosen.json()["face_index"] == 2
+    missing = upload(server.base_url, t1_jpeg, "group.jpg", face_index="6")
+    assert missing.status_code == 422 and "does not exist" in missing.json()["detail"]
+    assert upload(server.base_url, t1_jpeg, "group.jpg", face_index="two").status_code == 422
+    assert upload(server.base_url, t1_jpeg, "group.jpg", face_index="-1").status_code == 422
+
+
+@pytest.mark.parametrize(
+    ("make", "status", "reason"),
+    [
+        (lambda png, jpeg: jpeg[: len(jpeg) // 2], 400, "truncated"),
+        (lambda png, jpeg: png_claiming(100_000, 100_000), 413, "limit"),
+        (lambda png, jpeg: png_claiming(7000, 7000), 413, "limit"),
+        (lambda png, jpeg: encode(gradient(), ".png"), 422, "no face"),
+        (lambda png, jpeg: gif_bytes(), 415, "JPEG, PNG or WebP"),
+        (lambda png, jpeg: b"this is not an image, just text pretending to be one\n" * 20, 415, "JPEG, PNG or WebP"),
+        (lambda png, jpeg: b"\x89PNG\r\n\x1a\n" + b"\x00" * 40, 400, "PNG"),
+        (lambda png, jpeg: b"", 422, "empty"),
+    ],
+    ids=[
+        "truncated-jpeg",
+        "png-claims-100000x100000",
+        "png-over-40mp",
+        "no-face",
+        "gif",
+        "text",
+        "broken-png",
+        "empty",
+    ],
+)
+def test_hostile_images_get_a_4xx_with_a_reason(
+    server: RunningServer, tom_png: bytes, make: Callable[[bytes, bytes], bytes], status: int, reason: str
+) -> None:
+    data = make(tom_png, encode(load_sample("tom_hanks"), ".jpg"))
+    response = upload(server.base_url, data, "face.png")
+    assert response.status_code == status, response.text
+    assert reason in response.json()["detail"]
+
+
+def test_wrong_form_gets_4xx(server: RunningServer, tom_png: bytes) -> None:
+    base = server.base_url
+    as_json = httpx.post(f"{base}/v1/identities", json={"image": "x"})
+    assert as_json.status_code == 415
+    no_image = httpx.post(f"{base}/v1/identities", files={"photo": ("a.png", tom_png)})
+    assert no_image.status_code == 422 and "image" in no_image.json()["detail"]
+    as_field = httpx.post(f"{base}/v1/identities", data={"image": "not a file"}, files={"x": ("a", b"b")})
+    assert as_field.status_code == 422
+    no_boundary = httpx.post(f"{base}/v1/identities", content=b"--x--", headers={"Content-Type": "multipart/form-data"})
+    assert no_boundary.status_code == 400
+    long_name = upload(base, tom_png, "tom.png", name="x" * 500)
+    assert long_name.status_code == 422
+    assert httpx.get(f"{base}/v1/identities/not-an-id").status_code == 404
+    assert httpx.get(f"{base}/v1/identities/{'0' * 32}").status_code == 404
+
+
+def test_oversized_upload_is_refused_from_its_header_before_the_body_is_read(server: RunningServer) -> None:
+    """Only the headers are sent, announcing 50 MB: the answer comes without the server waiting for a body."""
+    request = (
+        b"POST /v1/identities HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+        b"Content-Type: multipart/form-data; boundary=xyz\r\nContent-Length: 52428800\r\n\r\n"
+    )
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as conn:
+        conn.sendall(request)
+        reply = conn.recv(4096).decode()
+    assert reply.startswith("HTTP/1.1 413"), reply
+    assert "over the limit" in reply
+
+    chunked = (
+        b"POST /v1/identities HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+        b"Content-Type: multipart/form-data; boundary=xyz\r\nTransfer-Encoding: chunked\r\n\r\n"
+    )
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as conn:
+        conn.sendall(chunked)
+        reply = conn.recv(4096).decode()
+    assert reply.startswith("HTTP/1.1 411"), reply
+
+
+def test_identities_survive_a_restart_and_are_prepared_again_for_another_engine(
+    identity_dir: Path, pipeline_factory: Callable[[PipelineSettings], FramePipeline], tom_png: bytes
+) -> None:
+    with start_server(server_settings(identity_dir), pipeline_factory) as first:
+        identity = upload(first.base_url, tom_png, "tom.png", name="Tom").json()["id"]
+
+    other = server_settings(identity_dir, pipeline=PipelineSettings(engine="passthrough", threads=1))
+    with start_server(other, pipeline_factory) as second:
+        listed = httpx.get(f"{second.base_url}/v1/identities").json()["identities"]
+        assert [(i["id"], i["name"], i["model_key"]) for i in listed] == [(identity, "Tom", "passthrough:128")]
+        state = second.state
+        source = second.call(lambda: state.load_source(identity))
+        assert source.model_key == "passthrough:128"
+    prepared = identity_dir / identity / "prepared"
+    assert (prepared / prepared_file_name("classic:256")).is_file()
+    assert (prepared / prepared_file_name("passthrough:128")).is_file()

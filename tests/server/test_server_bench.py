@@ -1,0 +1,76 @@
+"""The server benchmark end to end on a tiny configuration, and its command's argument checks."""
+
+import argparse
+import json
+from pathlib import Path
+
+import pytest
+
+from app.bench.server_bench import ServerBenchConfig, compare, run_server_bench
+from app.commands import bench_server
+from app.errors import UserError
+
+
+@pytest.mark.slow
+def test_tiny_benchmark_measures_echo_and_our_server(model_root: Path) -> None:
+    config = ServerBenchConfig(seconds=1.0, warmup=0.5, sessions=(1,), resolutions=("480p",), engines=("passthrough",))
+    result = run_server_bench(config, progress=False)
+    json.dumps(result)  # JSON all the way down
+    cells = {c["server"]: c for c in result["cells"]}
+    assert set(cells) == {"echo", "passthrough"}
+    for cell in cells.values():
+        assert cell["failed"] is None, cell
+        assert cell["frames_returned"] > 0 and cell["latency_ms"]["p50"] > 0, cell
+        assert cell["unreadable"] <= 1
+    assert cells["echo"]["server_dropped"] is None
+    assert cells["passthrough"]["server_dropped"] is not None
+    assert cells["passthrough"]["server_latency_p50_ms"] > 0
+    (row,) = result["compared_to_echo"]
+    p50 = cells["passthrough"]["latency_ms"]["p50"]
+    assert row["added_p50_ms"] == pytest.approx(p50 - cells["echo"]["latency_ms"]["p50"], abs=0.11)
+    assert row["ratio_p50"] == pytest.approx(p50 / cells["echo"]["latency_ms"]["p50"], abs=0.01)
+
+
+def test_compare_pairs_cells_with_the_echo_of_the_same_shape() -> None:
+    def cell(server: str, sessions: int, p50: float, fps: float) -> dict:
+        return {
+            "server": server,
+            "resolution": "480p",
+            "sessions": sessions,
+            "latency_ms": {"p50": p50, "p95": p50 * 2},
+            "fps_per_session": fps,
+        }
+
+    rows = compare([cell("echo", 1, 100, 30), cell("echo", 2, 200, 20), cell("classic", 2, 300, 10)])
+    assert rows == [
+        {
+            "server": "classic",
+            "resolution": "480p",
+            "sessions": 2,
+            "added_p50_ms": 100.0,
+            "ratio_p50": 1.5,
+            "added_p95_ms": 200.0,
+            "ratio_p95": 1.5,
+            "fps_ratio": 0.5,
+        }
+    ]
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--resolutions", "4k"], "unknown resolution"),
+        (["--engines", "magic"], "unknown engine"),
+        (["--codec", "AV1"], "unknown codec"),
+        (["--sessions", "one"], "comma list of numbers"),
+        (["--sessions", "0"], "between 1 and 16"),
+        (["--seconds", "0"], "--seconds must be positive"),
+        (["--output", "/no/such/dir/out.json"], "output directory does not exist"),
+    ],
+)
+def test_bench_server_refuses_bad_arguments(argv: list[str], message: str) -> None:
+    parser = argparse.ArgumentParser()
+    bench_server.register(parser.add_subparsers())
+    args = parser.parse_args(["bench-server", *argv])
+    with pytest.raises(UserError, match=message):
+        args.func(args)

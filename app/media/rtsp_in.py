@@ -25,12 +25,11 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 import av
 import av.error
 
-from app.media.rtsp_out import RtspPublisher
 from app.pipeline.types import Image
 
 log = logging.getLogger(__name__)
@@ -38,6 +37,12 @@ log = logging.getLogger(__name__)
 IngestState = Literal["connecting", "running", "reconnecting", "stopped", "failed"]
 
 LIVE_OPTIONS = {"rtsp_transport": "tcp", "fflags": "nobuffer", "flags": "low_delay"}
+
+
+class FrameSink(Protocol):
+    """Where processed frames go: an `app.media.rtsp_out.RtspPublisher`, or anything with its `push`."""
+
+    def push(self, image: Image) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -84,7 +89,7 @@ class IngestWorker:
         self,
         source_url: str,
         process: Callable[[list[Image]], list[Image]],
-        publisher: RtspPublisher | None,
+        publisher: FrameSink | None,
         *,
         on_state: Callable[[str], None] | None = None,
         reconnect_initial_s: float = 0.5,

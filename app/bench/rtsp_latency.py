@@ -1,0 +1,152 @@
+"""RTSP output latency: from `RtspPublisher.push` to the decoded frame in a PyAV client, over loopback.
+
+Every pushed frame (a real face moving, from `make_motion_clip`) carries its id as a row of
+black and white blocks along its top edge; the client reads the id back from each decoded
+frame and looks up when that frame was pushed. Run as
+
+    python -m app.bench.rtsp_latency [--seconds 10] [--size 640x480 --size 1280x720]
+
+and it prints one JSON line per size with p50/p95 in milliseconds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import threading
+import time
+from typing import Any
+
+import av
+import numpy as np
+import numpy.typing as npt
+
+from app.media.clips import load_sample, make_motion_clip
+from app.media.rtsp_in import LIVE_OPTIONS
+from app.media.rtsp_out import RtspServer
+from app.pipeline.types import Image
+
+ID_BITS = 20
+CHECK_BITS = 4
+_LEVELS = (16, 235)  # video-range black and white survive the YUV round trip unclipped
+
+
+def _check(frame_id: int) -> int:
+    return (frame_id * 7 + 3) % (1 << CHECK_BITS)
+
+
+def _code(frame_id: int) -> list[int]:
+    if not 0 <= frame_id < 1 << ID_BITS:
+        raise ValueError(f"frame id {frame_id} does not fit in {ID_BITS} bits")
+    value = (frame_id << CHECK_BITS) | _check(frame_id)
+    return [(value >> i) & 1 for i in reversed(range(ID_BITS + CHECK_BITS))]
+
+
+def stamp_frame_id(image: Image, frame_id: int, block: int = 16) -> Image:
+    """Write `frame_id` into the top-left strip of `image` (in place, and returned).
+
+    The strip is `(ID_BITS + CHECK_BITS) * block` pixels wide and `block` high; with `block` a
+    multiple of 16 each bit fills whole macroblocks, which H.264 keeps readable."""
+    bits = _code(frame_id)
+    if image.shape[1] < len(bits) * block or image.shape[0] < block:
+        raise ValueError(f"a {image.shape[1]}x{image.shape[0]} image is too small for the stamp")
+    for i, bit in enumerate(bits):
+        image[:block, i * block : (i + 1) * block] = _LEVELS[bit]
+    return image
+
+
+def read_frame_id(image: npt.NDArray[Any], block: int = 16) -> int | None:
+    """The id stamped by `stamp_frame_id`, or None when the strip does not hold a valid one.
+
+    `image` may be BGR or a single luma plane."""
+    n = ID_BITS + CHECK_BITS
+    if image.shape[1] < n * block or image.shape[0] < block:
+        return None
+    q = block // 4
+    value = 0
+    for i in range(n):
+        cell = image[q : block - q, i * block + q : (i + 1) * block - q]
+        value = (value << 1) | int(float(cell.mean()) > 125.5)
+    frame_id = value >> CHECK_BITS
+    return frame_id if value & ((1 << CHECK_BITS) - 1) == _check(frame_id) else None
+
+
+def measure(
+    width: int, height: int, seconds: float, fps: int = 30, warmup_s: float = 1.5, aud_after_frame: bool = True
+) -> dict[str, Any]:
+    """Push stamped frames at `fps` for about `warmup_s + seconds` and time each decoded one."""
+    clip = make_motion_clip(load_sample("astronaut"), size=(width, height), frames=2 * fps, fps=fps)
+    pushed_at: dict[int, float] = {}
+    stop = threading.Event()
+    with RtspServer(port=0) as server:
+        publisher = server.publish("bench", width, height, fps, aud_after_frame=aud_after_frame)
+
+        def push() -> None:
+            next_at = time.perf_counter()
+            frame_id = 0
+            while not stop.is_set():
+                image = stamp_frame_id(clip.frames[frame_id % len(clip)].copy(), frame_id)
+                pushed_at[frame_id] = time.perf_counter()
+                publisher.push(image)
+                frame_id += 1
+                next_at += 1 / fps
+                stop.wait(max(0.0, next_at - time.perf_counter()))
+
+        pusher = threading.Thread(target=push, daemon=True)
+        pusher.start()
+        latencies: list[float] = []
+        unreadable = 0
+        decoded = 0
+        try:
+            with av.open(server.url("bench"), options=LIVE_OPTIONS, timeout=(10.0, 5.0)) as container:
+                started = time.perf_counter()
+                for frame in container.decode(video=0):
+                    now = time.perf_counter()
+                    if now - started < warmup_s:
+                        continue
+                    if now - started > warmup_s + seconds:
+                        break
+                    decoded += 1
+                    frame_id = read_frame_id(frame.to_ndarray(format="gray"))
+                    if frame_id is None or frame_id not in pushed_at:
+                        unreadable += 1
+                        continue
+                    latencies.append(now - pushed_at[frame_id])
+        finally:
+            stop.set()
+            pusher.join()
+            publisher.close()
+        ms = np.asarray(latencies) * 1000.0
+        return {
+            "size": f"{width}x{height}",
+            "fps": fps,
+            "aud_after_frame": aud_after_frame,
+            "bitrate_kbps": publisher.bitrate_kbps,
+            "frames": decoded,
+            "unreadable": unreadable,
+            "dropped": publisher.dropped,
+            "p50_ms": round(float(np.percentile(ms, 50)), 1) if len(ms) else None,
+            "p95_ms": round(float(np.percentile(ms, 95)), 1) if len(ms) else None,
+            "max_ms": round(float(ms.max()), 1) if len(ms) else None,
+        }
+
+
+def _size(text: str) -> tuple[int, int]:
+    w, _, h = text.partition("x")
+    return int(w), int(h)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--seconds", type=float, default=10.0)
+    parser.add_argument("--fps", type=int, default=30)
+    parser.add_argument("--size", type=_size, action="append", help="WIDTHxHEIGHT (repeatable)")
+    parser.add_argument("--compare", action="store_true", help="also measure without the trailing AUD")
+    args = parser.parse_args(argv)
+    for width, height in args.size or [(640, 480), (1280, 720)]:
+        for aud in (True, False) if args.compare else (True,):
+            print(json.dumps(measure(width, height, args.seconds, args.fps, aud_after_frame=aud)), flush=True)
+
+
+if __name__ == "__main__":
+    main()

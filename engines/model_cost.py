@@ -160,7 +160,9 @@ def _infer_shapes(
     except Exception as exc:
         raise ModelError(f"cannot measure the model: ONNX shape inference failed ({exc})") from exc
 
-    shapes: dict[str, tuple[int, ...]] = {}
+    # Initializers' shapes are known from their dims; inference reports none for the small ones kept as
+    # constants above (a conv weight of 64 elements or fewer, say).
+    shapes: dict[str, tuple[int, ...]] = {init.name: tuple(int(d) for d in init.dims) for init in initializers.values()}
     values = [*inferred.graph.input, *inferred.graph.value_info, *inferred.graph.output]
     for value in values:
         tensor_type = value.type.tensor_type

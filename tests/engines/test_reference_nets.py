@@ -362,3 +362,21 @@ def test_make_batch_dynamic_refuses_a_batch_other_than_one(tmp_path: Path) -> No
     src = save_model_atomic(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), tmp_path / "m.onnx")
     with pytest.raises(ModelError, match="leading dimension of 2"):
         make_batch_dynamic(src, tmp_path / "out.onnx")
+
+
+def test_model_cost_sizes_tiny_conv_weights() -> None:
+    """A conv weight small enough to be kept as a constant during shape inference is still counted."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    weight = numpy_helper.from_array(np.ones((4, 2, 3, 3), np.float32), "w")
+    conv = helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1])
+    graph = helper.make_graph(
+        [conv],
+        "tiny",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, 8, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [weight],
+    )
+    cost = model_cost(helper.make_model(graph))
+    assert cost.params == 72
+    assert cost.macs == 8 * 8 * 4 * 2 * 9

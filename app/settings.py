@@ -9,6 +9,10 @@ if TYPE_CHECKING:
     from app.pipeline.calls import BatchPlan
 
 EngineName = Literal["inswapper", "classic", "passthrough"]
+# How models run: "auto" picks a TensorRT engine built for this GPU, else PyTorch on CUDA, else ONNX Runtime.
+BackendName = Literal["auto", "onnxruntime", "tensorrt", "torch"]
+# fp16 and int8 load the variants made by `swapcast engines fp16|int8|build-trt NAME` when present.
+PrecisionName = Literal["fp32", "fp16", "int8"]
 
 
 class PipelineSettings(BaseSettings):
@@ -28,6 +32,8 @@ class PipelineSettings(BaseSettings):
     color_strength: float = Field(1.0, ge=0.0, le=1.0)
     mask: Literal["auto", "box", "ellipse"] = "auto"
     threads: int | None = Field(None, ge=1)
+    backend: BackendName = "auto"
+    precision: PrecisionName = "fp32"
 
 
 class BatchingSettings(BaseSettings):

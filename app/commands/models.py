@@ -8,6 +8,7 @@ swapcast models build-reference [--full]
 
 import argparse
 import json
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,11 @@ def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None
 
     ls = actions.add_parser("list", help="every known model, with its state in the model directory")
     ls.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    ls.add_argument(
+        "--variants",
+        action="store_true",
+        help="also list each model's FP16/INT8/TensorRT variants and mark the one the settings load",
+    )
     ls.set_defaults(func=run_list)
 
     get = actions.add_parser("fetch", help="download models (checked against their published sha256)")
@@ -84,6 +90,9 @@ def run_list(args: argparse.Namespace) -> int:
     store = ModelStore()
     recorded = {name: rec.size for name, rec in read_local_manifest(store.root).items()}
     rows = [_row(entry, store, recorded) for entry in registry.entries()]
+    if args.variants:
+        for row in rows:
+            row["variants"] = _variants(row["name"], store)
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
@@ -91,10 +100,33 @@ def run_list(args: argparse.Namespace) -> int:
     cells = [[str(r[c]) if c != "size" else _human(r[c]) for c in columns] for r in rows]
     widths = [max(len(c), *(len(row[i]) for row in cells)) for i, c in enumerate(columns)]
     print("  ".join(c.upper().ljust(w) for c, w in zip(columns, widths, strict=True)).rstrip())
-    for row in cells:
-        print("  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)).rstrip())
+    for row, cell in zip(rows, cells, strict=True):
+        print("  ".join(v.ljust(w) for v, w in zip(cell, widths, strict=True)).rstrip())
+        for variant in row.get("variants", []):
+            mark = "  <- active" if variant["active"] else ""
+            print(f"    {variant['precision']:<5} {variant['file']}: {variant['status']}{mark}")
     print(f"model directory: {store.root}")
     return 0
+
+
+def _variants(name: str, store: ModelStore) -> list[dict[str, Any]]:
+    """The files that can run a verified ONNX model, and which one SWAPCAST_BACKEND/PRECISION pick."""
+    from app.pipeline.factory import dynamic_path
+    from app.runtime.backend import list_variants
+    from app.settings import PipelineSettings
+
+    if store.status(name) != "verified" or store.file_path(name).suffix != ".onnx":
+        return []
+    settings = PipelineSettings()
+    dynamic = dynamic_path(store, name)
+    found = list_variants(
+        store.file_path(name),
+        store.expected(name)[0],
+        settings.backend,
+        settings.precision,
+        runs_from=dynamic if dynamic.is_file() else None,
+    )
+    return [asdict(variant) for variant in found]
 
 
 def _entries(names: list[str]) -> list[ModelEntry]:

@@ -2,6 +2,8 @@
 
 import logging
 from dataclasses import replace
+from pathlib import Path
+from typing import cast
 
 from prometheus_client import CollectorRegistry
 
@@ -12,8 +14,9 @@ from app.pipeline.enhance import EnhanceConfig, RealEsrganEnhancer
 from app.pipeline.paste import PasteConfig
 from app.pipeline.pipeline import FramePipeline, PipelineConfig
 from app.pipeline.recognize import ArcFaceRecognizer
-from app.pipeline.swap import ClassicEngine, InswapperEngine, PassthroughEngine, SwapEngine
+from app.pipeline.swap import ClassicEngine, InswapperEngine, PassthroughEngine, SwapEngine, last_initializer
 from app.pipeline.track import TrackerConfig
+from app.runtime.backend import load_backend
 from app.runtime.onnx import OnnxModel
 from app.settings import PipelineSettings
 from engines.onnx_batch import make_batch_dynamic
@@ -24,7 +27,23 @@ log = logging.getLogger(__name__)
 
 
 def load_model(store: ModelStore, name: str, settings: PipelineSettings) -> OnnxModel:
-    return OnnxModel(store.ensure(name), threads=settings.threads)
+    path = store.ensure(name)
+    return _load(path, settings, source=path, source_sha256=store.expected(name)[0])
+
+
+def _load(path: Path, settings: PipelineSettings, *, source: Path, source_sha256: str | None) -> OnnxModel:
+    """The backend and precision variant that settings.backend/precision pick (app.runtime.backend)."""
+    model = load_backend(
+        path, settings.backend, settings.threads, settings.precision, source=source, source_sha256=source_sha256
+    )
+    return cast(OnnxModel, model)  # every backend offers OnnxModel's interface (app.runtime.backend.Model)
+
+
+def dynamic_path(store: ModelStore, name: str) -> Path:
+    """Where the batch-dynamic rewrite of a fixed-batch model is cached, beside the model."""
+    original = store.file_path(name)
+    sha256, _ = store.expected(name)
+    return original.with_name(f"{original.stem}.{(sha256 or 'local')[:12]}.dynamic.onnx")
 
 
 def load_batchable(store: ModelStore, name: str, settings: PipelineSettings) -> OnnxModel:
@@ -32,17 +51,18 @@ def load_batchable(store: ModelStore, name: str, settings: PipelineSettings) -> 
     are rewritten once, verified item by item against the original, and cached beside it; a graph that
     cannot be rewritten runs item by item, and the log says so once."""
     model = load_model(store, name, settings)
-    if not model.fixed_batch:
+    original = store.ensure(name)
+    if not model.fixed_batch or model.path != original:  # variants and engines are made batch-dynamic
         return model
     sha256, _ = store.expected(name)
-    dynamic = model.path.with_name(f"{model.path.stem}.{(sha256 or 'local')[:12]}.dynamic.onnx")
+    dynamic = dynamic_path(store, name)
     if not dynamic.is_file():
         try:
-            make_batch_dynamic(model.path, dynamic)
+            make_batch_dynamic(original, dynamic)
         except ModelError as exc:
             log.warning("%s keeps its fixed batch of 1 (%s): faces run one by one", name, exc)
             return model
-    return OnnxModel(dynamic, threads=settings.threads)
+    return _load(dynamic, settings, source=original, source_sha256=sha256)
 
 
 def build_engine(settings: PipelineSettings, store: ModelStore) -> SwapEngine:
@@ -51,7 +71,11 @@ def build_engine(settings: PipelineSettings, store: ModelStore) -> SwapEngine:
     if settings.engine == "passthrough":
         return PassthroughEngine()
     recognizer = ArcFaceRecognizer(load_model(store, settings.recognizer_model, settings))
-    return InswapperEngine(load_batchable(store, settings.swapper_model, settings), recognizer)
+    swapper = load_batchable(store, settings.swapper_model, settings)
+    original = store.ensure(settings.swapper_model)
+    # FP32 graphs keep emap as their last initializer; variants and engines take it from their source.
+    fp32 = swapper.path == original or swapper.path.name.endswith(".dynamic.onnx")
+    return InswapperEngine(swapper, recognizer, emap=None if fp32 else last_initializer(original))
 
 
 def build_pipeline(

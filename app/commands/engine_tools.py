@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from app.commands.engines_group import engines_actions
 from app.errors import UserError
 
 if TYPE_CHECKING:
@@ -37,24 +38,8 @@ DEFAULT_TEACHER = "realesrgan_x4plus"
 DEFAULT_HELDOUT = "astronaut,tom_hanks"
 
 
-def _engines_actions(
-    sub: argparse._SubParsersAction[argparse.ArgumentParser],
-) -> argparse._SubParsersAction[argparse.ArgumentParser]:
-    """The sub-commands of `swapcast engines`: joined when another module (precision variants) registered
-    the command first, created otherwise."""
-    existing = sub.choices.get("engines")
-    if existing is None:
-        parser = sub.add_parser("engines", help="smaller and faster model variants: pruning, distillation, reports")
-        return parser.add_subparsers(dest="engines_command", required=True)
-    for action in existing._actions:
-        if isinstance(action, argparse._SubParsersAction):
-            action.metavar = None  # the usage line lists every sub-command, theirs and these
-            return action
-    raise RuntimeError("`swapcast engines` exists without sub-commands to join")
-
-
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    actions = _engines_actions(sub)
+    actions = engines_actions(sub)
 
     ds = actions.add_parser("dataset", help="face crops, degraded inputs and cached teacher outputs")
     ds.add_argument("--out", type=Path, required=True, help="folder for train.npz, heldout.npz, scan.npz")

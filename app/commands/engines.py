@@ -21,6 +21,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from app.commands.engines_group import engines_actions
 from app.errors import ModelError, UserError
 from engines import registry
 from engines.store import ModelStore, sha256_file
@@ -36,24 +37,8 @@ log = logging.getLogger(__name__)
 VERIFY_ITEMS = 4
 
 
-def _engines_actions(
-    sub: argparse._SubParsersAction[argparse.ArgumentParser],
-) -> argparse._SubParsersAction[argparse.ArgumentParser]:
-    """The sub-commands of `swapcast engines`: joined when another module (pruning and distillation)
-    registered the command first, created otherwise."""
-    existing = sub.choices.get("engines")
-    if existing is None:
-        parser = sub.add_parser("engines", help="model variants: FP16/INT8 and TensorRT engines")
-        return parser.add_subparsers(dest="engines_command", required=True)
-    for action in existing._actions:
-        if isinstance(action, argparse._SubParsersAction):
-            action.metavar = None  # the usage line lists every sub-command, theirs and these
-            return action
-    raise RuntimeError("`swapcast engines` exists without sub-commands to join")
-
-
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    actions = _engines_actions(sub)
+    actions = engines_actions(sub)
 
     fp16 = actions.add_parser("fp16", help="write <model>.fp16.onnx (inputs and outputs stay FP32)")
     fp16.add_argument("name", metavar="NAME")

@@ -57,17 +57,6 @@ torch.set_num_threads(2)
 
 
 @pytest.fixture(scope="module")
-def model(store: ModelStore) -> Callable[[str], Path]:
-    def get(name: str) -> Path:
-        try:
-            return store.ensure(name)
-        except ModelError as exc:
-            pytest.skip(f"{name} cannot be made here: {exc}")
-
-    return get
-
-
-@pytest.fixture(scope="module")
 def sources(detector: RetinaFaceDetector) -> list[SourceImage]:
     """The three sample photos with the faces the detector finds (Tom Hanks's tight crop: the frame)."""
     out = []

@@ -7,12 +7,10 @@ import copy
 from collections.abc import Callable
 from pathlib import Path
 
-import cv2
 import numpy as np
 import pytest
 import torch
 
-from app.media.clips import load_sample
 from engines.errors import ModelError
 from engines.export import export_verified
 from engines.model_cost import model_cost
@@ -32,31 +30,11 @@ from engines.prune import (
     run_net,
     sensitivity_scan,
 )
-from engines.store import ModelStore
 from engines.torchnets import SRVGG, RRDBNet, RRDBSpec, SRVGGSpec
 from engines.torchnets.rrdbnet import as_growth
+from tests.engines.faces import face_batch
 
 torch.set_num_threads(2)
-
-FACE = (slice(60, 188), slice(154, 282))
-
-
-@pytest.fixture(scope="module")
-def model(store: ModelStore) -> Callable[[str], Path]:
-    def get(name: str) -> Path:
-        try:
-            return store.ensure(name)
-        except ModelError as exc:
-            pytest.skip(f"{name} cannot be made here: {exc}")
-
-    return get
-
-
-def faces(size: int) -> np.ndarray:
-    """Real faces (the astronaut, Tom Hanks) at size x size, [2, 3, size, size] RGB 0..1."""
-    crops = [load_sample("astronaut")[FACE], load_sample("tom_hanks")]
-    out = [cv2.resize(c, (size, size), interpolation=cv2.INTER_AREA)[:, :, ::-1] for c in crops]
-    return np.stack([o.transpose(2, 0, 1) for o in out]).astype(np.float32) / 255.0
 
 
 def random_keep(net: SRVGG | RRDBNet, seed: int, least: int = 1) -> dict[str, np.ndarray]:
@@ -102,7 +80,7 @@ def test_pruned_srvgg_is_smaller_and_equals_the_masked_network(model: Callable[[
     # Dense weights, not zeros left in place.
     assert all(bool((conv.weight.abs().sum(dim=(1, 2, 3)) > 0).all()) for conv in pruned.convs_in_order())
 
-    x = faces(20)
+    x = face_batch(20)
     out = run_net(pruned, x)
     assert float(np.abs(out - run_net(masked(net, keep), x)).max()) <= 1e-5
     # Zeroing the weights alone is NOT the same network: the removed channels still carry PReLU(bias).
@@ -117,7 +95,7 @@ def test_pruned_x4plus_equals_the_masked_network(model: Callable[[str], Path]) -
     pruned = prune(net, keep)
     assert isinstance(pruned, RRDBNet)
     assert pruned.spec.trunk == 48 and pruned.spec.growth[0] == (24, 24, 24, 24)
-    x = faces(8)[:1]
+    x = face_batch(8)[:1]
     out = run_net(pruned, x)
     ref = run_net(masked(net, keep), x)
     assert out.shape == (1, 3, 32, 32)
@@ -213,7 +191,7 @@ def test_count_cost_matches_model_cost_of_the_export(tmp_path: Path) -> None:
 
 def test_scan_and_allocation_reach_the_target(model: Callable[[str], Path], tmp_path: Path) -> None:
     net = SRVGG.from_onnx(model("realesr_animevideov3_x4"))
-    x = faces(16)
+    x = face_batch(16)
     units = ["conv0", "conv8", "conv16"]
     points = sensitivity_scan(net, x, ratios=(0.25, 0.5), units=units, ground_truth=None, progress=False)
     assert [(p.unit, p.ratio) for p in points] == [(u, r) for u in units for r in (0.25, 0.5)]

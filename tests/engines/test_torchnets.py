@@ -6,18 +6,15 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-import cv2
 import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
 import torch
 
-from app.media.clips import load_sample
 from engines.errors import ModelError
 from engines.export import export_verified, run_onnx, sample_inputs, torch_outputs
 from engines.model_cost import model_cost
-from engines.store import ModelStore
 from engines.torchnets import (
     SRVGG,
     RRDBNet,
@@ -30,31 +27,12 @@ from engines.torchnets import (
     spec_of,
 )
 from engines.torchnets.rrdbnet import as_growth
+from tests.engines.faces import face_batch
 
 torch.set_num_threads(2)
 
-# The astronaut's face in skimage's 512x512 photo (rows, cols).
-FACE = (slice(60, 188), slice(154, 282))
 TOLERANCE = 1e-4
 SR_PROBE = {"input": [1, 3, 8, 8]}
-
-
-@pytest.fixture(scope="module")
-def model(store: ModelStore) -> Callable[[str], Path]:
-    def get(name: str) -> Path:
-        try:
-            return store.ensure(name)
-        except ModelError as exc:
-            pytest.skip(f"{name} cannot be made here: {exc}")
-
-    return get
-
-
-def face_batch(size: int) -> np.ndarray:
-    """Two real faces (the astronaut, Tom Hanks) shrunk to size x size, [2, 3, size, size] RGB 0..1."""
-    crops = [load_sample("astronaut")[FACE], load_sample("tom_hanks")]
-    out = [cv2.resize(c, (size, size), interpolation=cv2.INTER_AREA)[:, :, ::-1] for c in crops]
-    return np.stack([o.transpose(2, 0, 1) for o in out]).astype(np.float32) / 255.0
 
 
 def ort_run(path: Path, feeds: dict[str, np.ndarray]) -> np.ndarray:

@@ -74,7 +74,7 @@ def _gather(batcher: DynamicBatcher[T, R], items: list[T], session: str, deadlin
 
 
 class BatchedCalls:
-    """One DynamicBatcher per model. The detector letterboxes every frame onto the same square canvas, so
+    """One DynamicBatcher per model. The detector letterboxes every frame onto the same canvas, so
     frames of any size share a batch and a frame's result does not depend on what it was batched with."""
 
     def __init__(

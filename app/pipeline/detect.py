@@ -85,17 +85,20 @@ class RetinaFaceDetector:
     def __init__(self, model: OnnxModel, config: DetectorConfig | None = None) -> None:
         self.model = model
         self.config = config or DetectorConfig()
-        # With a fixed canvas every frame is letterboxed onto size×size: frames of any shape batch
+        # With a fixed canvas every frame is letterboxed onto the same canvas: frames of any shape batch
         # together and a frame's result never depends on its batch-mates. Otherwise the canvas is the
         # tightest one (multiple of 32) that holds the batch, which costs less for one wide frame.
         self.fixed_canvas = False
 
     def _input_size(self, frames: list[Image]) -> tuple[int, int, list[float]]:
         """Common letterbox size (multiple of 32) for the batch and each frame's scale."""
-        scales = [self.config.size / max(f.shape[0], f.shape[1]) for f in frames]
         if self.fixed_canvas:
-            side = -(-self.config.size // 32) * 32
-            return side, side, scales
+            # A 4:3 landscape canvas: webcams' 4:3 fills it, 16:9 wastes a fifth of it (a square
+            # canvas would waste a quarter and two fifths); portrait frames are fitted by height.
+            width = -(-self.config.size // 32) * 32
+            height = -(-(self.config.size * 3 // 4) // 32) * 32
+            return height, width, [min(width / f.shape[1], height / f.shape[0]) for f in frames]
+        scales = [self.config.size / max(f.shape[0], f.shape[1]) for f in frames]
         height = max(round(f.shape[0] * s) for f, s in zip(frames, scales, strict=True))
         width = max(round(f.shape[1] * s) for f, s in zip(frames, scales, strict=True))
         return -(-height // 32) * 32, -(-width // 32) * 32, scales

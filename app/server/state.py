@@ -63,7 +63,7 @@ class ServerState:
         self._on_change = on_change
         self.metrics = Metrics()
         self._pipeline_factory = pipeline_factory or shared_pipeline_factory(
-            settings.batching if settings.batching_enabled else None, self.metrics.registry
+            settings.batching if settings.batching_on() else None, self.metrics.registry
         )
         # Video frames run on `executor`; identity work (decode, detect, prepare) on `control_executor`, so an
         # upload or an identity switch never waits behind video.

@@ -11,8 +11,6 @@ and says so with a `ModelError` so the caller can keep running items one at a ti
 from __future__ import annotations
 
 import math
-import os
-import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -20,6 +18,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, numpy_helper
 
+from engines.atomic import atomic_path
 from engines.errors import ModelError
 
 BATCH_DIM = "batch"
@@ -30,18 +29,9 @@ _SMALL_CONSTANT = 64
 
 def save_model_atomic(model: onnx.ModelProto, path: Path) -> Path:
     """Write `model` to `path` through a temporary file in the same folder, then rename it into place."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    tmp = Path(tmp_name)
-    try:
+    with atomic_path(path) as tmp:
         onnx.save_model(model, str(tmp))
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    return path
+    return Path(path)
 
 
 def make_batch_dynamic(
@@ -95,21 +85,13 @@ def make_batch_dynamic(
         named = {v.name for v in graph.input} | {v.name for v in graph.output} | init_names
         graph.value_info.extend(value for name, value in final_shapes.items() if name not in named)
 
-    dst.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{dst.name}.", suffix=".tmp", dir=dst.parent)
-    os.close(fd)
-    tmp = Path(tmp_name)
-    try:
+    with atomic_path(dst) as tmp:
         onnx.save_model(model, str(tmp))
         try:
             onnx.checker.check_model(str(tmp), full_check=False)
         except onnx.checker.ValidationError as exc:
             raise _cannot(src, f"the rewritten graph is invalid: {_first_line(exc)}") from exc
         _verify(src, tmp, feed_inputs, verify_inputs)
-        os.replace(tmp, dst)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
     return dst
 
 

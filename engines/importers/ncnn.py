@@ -16,8 +16,6 @@ the whole model has been built and checked, and the same input files always give
 from __future__ import annotations
 
 import hashlib
-import os
-import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +25,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+from engines.atomic import write_bytes_atomic
 from engines.errors import ModelError
 
 PARAM_MAGIC = 7767517
@@ -720,19 +719,5 @@ def convert_ncnn_to_onnx(
         bin_name=bin_path.name,
     )
     payload = model.SerializeToString(deterministic=True)
-    _write_atomically(out_path, payload)
+    write_bytes_atomic(out_path, payload)
     return out_path
-
-
-def _write_atomically(path: Path, payload: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(payload)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp_name, path)
-    except BaseException:
-        Path(tmp_name).unlink(missing_ok=True)
-        raise

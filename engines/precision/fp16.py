@@ -22,7 +22,6 @@ The result is written atomically, checked with onnx.checker and loaded once in O
 from __future__ import annotations
 
 import logging
-import os
 import tempfile
 import warnings
 from collections.abc import Iterable, Mapping, Sequence
@@ -33,6 +32,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper
 
+from engines.atomic import atomic_path
 from engines.errors import ModelError
 
 log = logging.getLogger(__name__)
@@ -224,20 +224,13 @@ def convert_fp16(
         _restore_float_io(converted, original)
     converted.producer_name = "swapcast fp16"
 
-    dst.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{dst.name}.", suffix=".tmp", dir=dst.parent)
-    os.close(fd)
-    tmp = Path(tmp_name)
-    try:
+    with atomic_path(dst) as tmp:
         onnx.save_model(converted, str(tmp))
         try:
             onnx.checker.check_model(str(tmp))
         except onnx.checker.ValidationError as exc:
             raise ModelError(f"FP16 conversion of {src.name} produced an invalid graph: {_first_line(exc)}") from exc
         _check_loads(tmp, src)
-        os.replace(tmp, dst)
-    finally:
-        tmp.unlink(missing_ok=True)
     return Fp16Conversion(dst, tuple(blocked_ops), tuple(blocked_nodes), keep_io_types)
 
 

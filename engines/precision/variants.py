@@ -14,13 +14,12 @@ was made and the quality measured against FP32 when it was made.
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal, get_args
 
+from engines.atomic import write_bytes_atomic
 from engines.errors import ModelError
 
 Precision = Literal["fp32", "fp16", "int8"]
@@ -77,17 +76,7 @@ class VariantRecord:
 
 def write_json_atomic(path: Path, text: str) -> Path:
     """Write `text` to `path` through a temporary file in the same folder."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    finally:
-        Path(tmp).unlink(missing_ok=True)
-    return path
+    return write_bytes_atomic(Path(path), text.encode("utf-8"))
 
 
 def write_record(variant: Path, record: VariantRecord) -> Path:

@@ -16,14 +16,13 @@ explicit quantization (the QDQ ONNX of `engines.precision.int8`) instead, see `e
 from __future__ import annotations
 
 import logging
-import os
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from engines.atomic import write_bytes_atomic
 from engines.precision.int8 import CalibrationSet
 
 log = logging.getLogger(__name__)
@@ -118,14 +117,7 @@ class CalibrationCache:
     def write(self, data: bytes | bytearray | memoryview) -> None:
         if self.path is None:
             return
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{self.path.name}.", suffix=".tmp", dir=self.path.parent)
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(bytes(data))
-            os.replace(tmp, self.path)
-        finally:
-            Path(tmp).unlink(missing_ok=True)
+        write_bytes_atomic(self.path, bytes(data))
 
 
 def entropy_calibrator(batches: CalibrationBatches, cache: CalibrationCache) -> Any:

@@ -210,20 +210,16 @@ class RtcClient:
 
     async def wait_frames(self, count: int, within_s: float) -> bool:
         """Wait until `count` stamped frames came back; False if they did not within `within_s` seconds."""
-        deadline = time.monotonic() + within_s
-        while len(self.result.received) < count:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                return False
-            self.new_frame.clear()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.new_frame.wait(), min(left, 0.5))
-        return True
+        return await self._wait_until(lambda: len(self.result.received) >= count, within_s)
 
     async def wait_sent_after(self, moment: float, within_s: float) -> bool:
         """Wait until a frame sent at or after `moment` (monotonic clock) came back; False on timeout."""
+        return await self._wait_until(lambda: self._got_sent_after(moment), within_s)
+
+    async def _wait_until(self, done: Callable[[], bool], within_s: float) -> bool:
+        """Re-check `done` whenever a frame comes back (and at least every 0.5 s) until `within_s` runs out."""
         deadline = time.monotonic() + within_s
-        while not self._got_sent_after(moment):
+        while not done():
             left = deadline - time.monotonic()
             if left <= 0:
                 return False

@@ -9,6 +9,7 @@ from app.media.webrtc import SessionManager
 from app.observability import Metrics
 from app.pipeline.pipeline import FramePipeline
 from app.server.ingest import StreamManager
+from app.server.revocation import RevocationWatcher
 from app.server.settings import ServerSettings
 from app.server.state import ServerState
 
@@ -19,6 +20,14 @@ def get_state(request: Request) -> ServerState:
 
 
 StateDep = Annotated[ServerState, Depends(get_state)]
+
+
+def get_revocation(request: Request) -> RevocationWatcher:
+    watcher: RevocationWatcher = request.app.state.revocation
+    return watcher
+
+
+RevocationDep = Annotated[RevocationWatcher, Depends(get_revocation)]
 
 
 def not_ready(state: ServerState) -> HTTPException:

@@ -7,6 +7,7 @@ from typing import Literal
 from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from app.auth.settings import AccessSettings
 from app.settings import BatchingSettings, PipelineSettings
 
 VideoCodec = Literal["H264", "VP8"]
@@ -57,6 +58,7 @@ class ServerSettings(BaseSettings):
     # what parallel sessions would overlap); a GPU is where batches pay.
     batching_enabled: bool | None = None
     batching: BatchingSettings = Field(default_factory=BatchingSettings)
+    access: AccessSettings = Field(default_factory=AccessSettings)  # keys, JWT, hosts, CORS, audit, TLS
 
     @model_validator(mode="after")
     def _one_thread_per_model_run(self) -> "ServerSettings":

@@ -12,12 +12,14 @@ from pydantic import BaseModel
 from starlette.datastructures import UploadFile
 from starlette.formparsers import MultiPartException, MultiPartParser
 
+from app.auth.guard import AccessDep, IdentitiesRead, IdentitiesWrite
+from app.auth.principal import Principal
 from app.identity.images import ImageInfo, ImageRejected, decode_image, sniff_format
 from app.identity.store import Identity, IdentityNotFound, IdentityUnreadable
 from app.pipeline.pipeline import FramePipeline
 from app.pipeline.swap import PreparedSource
 from app.pipeline.types import Face, Image
-from app.server.deps import PipelineDep, StateDep, StoreDep
+from app.server.deps import PipelineDep, RevocationDep, StateDep, StoreDep
 from app.server.limits import capped_stream, media_type
 
 router = APIRouter(prefix="/v1/identities", tags=["identities"])
@@ -122,7 +124,9 @@ def _analyse(
 
 
 @router.post("", status_code=201, response_model=IdentityOut)
-async def create_identity(request: Request, state: StateDep, pipeline: PipelineDep) -> IdentityOut:
+async def create_identity(
+    request: Request, state: StateDep, pipeline: PipelineDep, principal: IdentitiesWrite, access: AccessDep
+) -> IdentityOut:
     """Multipart form: `image` (JPEG, PNG or WebP), optional `face_index`, optional `name`."""
     settings = state.settings
     if media_type(request) != "multipart/form-data":
@@ -179,9 +183,11 @@ async def create_identity(request: Request, state: StateDep, pipeline: PipelineD
             face_index=face_index,
             thumbnail=thumb,
             prepared=prepared,
+            owner=principal.id,
         ),
     )
     state.cache.put(identity.id, prepared.model_key, prepared)
+    access.audit.event("identity_created", identity=identity.id, owner=principal.id)
     return IdentityOut.of(identity, prepared.model_key)
 
 
@@ -190,31 +196,37 @@ def _model_key(state: StateDep) -> str | None:
 
 
 @router.get("", response_model=IdentityList)
-async def list_identities(state: StateDep, store: StoreDep) -> IdentityList:
+async def list_identities(state: StateDep, store: StoreDep, principal: IdentitiesRead) -> IdentityList:
     loop = asyncio.get_running_loop()
     found = await loop.run_in_executor(state.control_executor, store.list)
     key = _model_key(state)
-    return IdentityList(identities=[IdentityOut.of(i, key) for i in found])
+    return IdentityList(identities=[IdentityOut.of(i, key) for i in found if principal.can_see(i.owner)])
 
 
-async def _get(state: StateDep, identity_id: str) -> Identity:
+async def _get(state: StateDep, identity_id: str, principal: Principal) -> Identity:
+    """The identity if this principal may see it; another owner's answers 404 like a missing one."""
     loop = asyncio.get_running_loop()
     try:
-        return await loop.run_in_executor(state.control_executor, state.store.get, identity_id)
+        identity = await loop.run_in_executor(state.control_executor, state.store.get, identity_id)
     except IdentityNotFound as exc:
         raise HTTPException(404, str(exc)) from None
     except IdentityUnreadable as exc:
+        if not principal.is_admin:
+            raise HTTPException(404, str(IdentityNotFound(identity_id))) from None
         raise HTTPException(409, str(exc)) from None
+    if not principal.can_see(identity.owner):
+        raise HTTPException(404, str(IdentityNotFound(identity_id)))
+    return identity
 
 
 @router.get("/{identity_id}", response_model=IdentityOut)
-async def get_identity(identity_id: IdentityId, state: StateDep) -> IdentityOut:
-    return IdentityOut.of(await _get(state, identity_id), _model_key(state))
+async def get_identity(identity_id: IdentityId, state: StateDep, principal: IdentitiesRead) -> IdentityOut:
+    return IdentityOut.of(await _get(state, identity_id, principal), _model_key(state))
 
 
 @router.get("/{identity_id}/thumbnail")
-async def get_thumbnail(identity_id: IdentityId, state: StateDep) -> Response:
-    await _get(state, identity_id)
+async def get_thumbnail(identity_id: IdentityId, state: StateDep, principal: IdentitiesRead) -> Response:
+    await _get(state, identity_id, principal)
     loop = asyncio.get_running_loop()
     try:
         data = await loop.run_in_executor(state.control_executor, state.store.thumbnail, identity_id)
@@ -224,7 +236,15 @@ async def get_thumbnail(identity_id: IdentityId, state: StateDep) -> Response:
 
 
 @router.delete("/{identity_id}", status_code=204)
-async def delete_identity(identity_id: IdentityId, state: StateDep) -> Response:
+async def delete_identity(
+    identity_id: IdentityId,
+    state: StateDep,
+    principal: IdentitiesWrite,
+    access: AccessDep,
+    revocation: RevocationDep,
+) -> Response:
+    """Deletes the identity and ends every live session and stream showing it before answering."""
+    await _get(state, identity_id, principal)
     loop = asyncio.get_running_loop()
     try:
         await loop.run_in_executor(state.control_executor, state.store.delete, identity_id)
@@ -232,4 +252,6 @@ async def delete_identity(identity_id: IdentityId, state: StateDep) -> Response:
         raise HTTPException(404, str(exc)) from None
     finally:
         state.cache.invalidate(identity_id)
+    await revocation.identity_deleted(identity_id)
+    access.audit.event("identity_deleted", identity=identity_id, by=principal.id)
     return Response(status_code=204)

@@ -255,7 +255,12 @@ def _upload_identity(server: ServerProcess) -> None:
     ok, png = cv2.imencode(".png", load_sample("tom_hanks"))
     if not ok:
         raise RuntimeError("cannot encode the identity photo")
-    response = httpx.post(f"{server.base_url}/v1/identities", files={"image": ("tom.png", png.tobytes())}, timeout=60)
+    response = httpx.post(
+        f"{server.base_url}/v1/identities",
+        files={"image": ("tom.png", png.tobytes())},
+        headers={"X-Swapcast": "1"},  # a form POST without it is refused as possibly cross-site
+        timeout=60,
+    )
     response.raise_for_status()
     server.identity = response.json()["id"]
 

@@ -9,10 +9,22 @@ Register = Callable[["argparse._SubParsersAction[argparse.ArgumentParser]"], Non
 def _commands() -> list[Register]:
     # Imported here so that `app.commands` stays cheap to import and each command module loads its
     # heavy dependencies (onnxruntime, av) only when run.
-    from app.commands import bench, bench_batch, bench_server, demo, engine_tools, engines, models, serve, swap
+    from app.commands import (
+        bench,
+        bench_batch,
+        bench_server,
+        demo,
+        engine_tools,
+        engines,
+        keys,
+        models,
+        serve,
+        swap,
+    )
 
     return [
         serve.register,
+        keys.register,
         demo.register,
         swap.register,
         models.register,

@@ -100,13 +100,16 @@ def listen(host: str, port: int) -> socket.socket:
 def run(args: argparse.Namespace) -> int:
     import uvicorn
 
+    from app.auth.access import Access
     from app.server.app import create_app
     from app.server.state import ServerState
 
     settings = build_settings(args)
+    check_access(settings)
     sock = listen(settings.host, settings.port)
     port = sock.getsockname()[1]
-    base = f"http://{_url_host(settings.url_host())}:{port}"
+    scheme = "https" if settings.access.tls else "http"
+    base = f"{scheme}://{_url_host(settings.url_host())}:{port}"
     engine = settings.pipeline.engine
     engine_note = "" if engine != "classic" else " (no swap weights: the texture fallback, see `swapcast models`)"
     announced: set[str] = set()
@@ -125,6 +128,9 @@ def run(args: argparse.Namespace) -> int:
             print(f"  RTSP        {rtsp}", flush=True)
             print(f"  engine      {engine}{engine_note}", flush=True)
             print(f"  identities  {settings.identity_dir}", flush=True)
+            print(f"  access      {access.describe()}", flush=True)
+            audit = settings.access.audit_log or "off (SWAPCAST_AUDIT_LOG=stdout or a file)"
+            print(f"  audit log   {audit}", flush=True)
             print("  loading models; /readyz answers 200 once they are warm", flush=True)
         if state.ready and "ready" not in announced:
             announced.add("ready")
@@ -134,12 +140,16 @@ def run(args: argparse.Namespace) -> int:
             print(f"swapcast: not ready: {state.not_ready_reason}", file=sys.stderr, flush=True)
 
     app = create_app(settings, on_change=announce)
+    access: Access = app.state.access
     verbose = logging.getLogger().isEnabledFor(logging.DEBUG)
+    tls = settings.access
     config = uvicorn.Config(
         app,
         log_level="debug" if verbose else "warning",
         access_log=verbose,
         timeout_graceful_shutdown=max(1, round(settings.shutdown_grace_s)),
+        ssl_certfile=str(tls.tls_cert) if tls.tls_cert else None,
+        ssl_keyfile=str(tls.tls_key) if tls.tls_key else None,
     )
     server = uvicorn.Server(config)
     stops: list[int] = []
@@ -154,6 +164,40 @@ def run(args: argparse.Namespace) -> int:
             signal.signal(sig, handler)
     print("swapcast: stopped", flush=True)
     return 0
+
+
+def check_access(settings: "ServerSettings") -> None:
+    """Refuse to serve a non-loopback address with no credentials configured; warn loudly when told to anyway."""
+    from app.auth.access import refusal_to_serve
+    from app.auth.keys import KeyStore, KeyStoreError
+    from app.auth.settings import is_loopback
+
+    access = settings.access
+    keys = KeyStore(access.keys_file)
+    try:
+        refusal = refusal_to_serve(access, settings.host, keys)
+        anonymous = access.allow_anonymous and not is_loopback(settings.host) and not keys.has_active()
+    except KeyStoreError as exc:
+        raise UserError(str(exc)) from None
+    if refusal is not None:
+        raise UserError(refusal)
+    if anonymous and not access.jwt_configured:
+        print(
+            f"swapcast: WARNING: SWAPCAST_ALLOW_ANONYMOUS=true: anyone who can reach {settings.host} can use, "
+            "watch and delete everything on this server",
+            file=sys.stderr,
+            flush=True,
+        )
+    for path in (access.tls_cert, access.tls_key):
+        if path is not None and not path.is_file():
+            raise UserError(f"TLS file not found: {path}")
+    if access.jwt_configured:
+        from app.auth.tokens import TokenConfigError, TokenVerifier
+
+        try:
+            TokenVerifier(access)
+        except (TokenConfigError, OSError) as exc:
+            raise UserError(f"JWT settings: {exc}") from None
 
 
 def _url_host(host: str) -> str:

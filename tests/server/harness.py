@@ -119,5 +119,17 @@ def face_crop(image: Image, box: np.ndarray, margin: float = 0.8) -> Image:
     return np.ascontiguousarray(image[top:bottom, left:right])
 
 
-def upload(base_url: str, data: bytes, filename: str = "face.png", **fields: str) -> httpx.Response:
-    return httpx.post(f"{base_url}/v1/identities", files={"image": (filename, data)}, data=fields, timeout=60)
+# What the page sends with every request: a form-encoded POST without it is refused (cross-site protection).
+PAGE_HEADERS = {"X-Swapcast": "1"}
+
+
+def upload(
+    base_url: str, data: bytes, filename: str = "face.png", headers: dict[str, str] | None = None, **fields: str
+) -> httpx.Response:
+    return httpx.post(
+        f"{base_url}/v1/identities",
+        files={"image": (filename, data)},
+        data=fields,
+        headers=headers if headers is not None else PAGE_HEADERS,
+        timeout=60,
+    )

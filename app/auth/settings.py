@@ -53,6 +53,9 @@ class AccessSettings(BaseSettings):
             raise ValueError("set one of SWAPCAST_JWT_SECRET, SWAPCAST_JWT_PUBLIC_KEY_FILE, SWAPCAST_JWT_JWKS_FILE")
         if self.jwt_secret is not None and len(self.jwt_secret.get_secret_value().encode()) < 32:
             raise ValueError("SWAPCAST_JWT_SECRET must be at least 32 bytes (shorter HS256 keys are weak)")
+        if sources and not self.jwt_audience:
+            # A token minted for another service of the same provider must not work here.
+            raise ValueError("set SWAPCAST_JWT_AUDIENCE: tokens are accepted only for this server's audience")
         if (self.tls_cert is None) != (self.tls_key is None):
             raise ValueError("set both SWAPCAST_TLS_CERT and SWAPCAST_TLS_KEY, or neither")
         return self

@@ -43,6 +43,9 @@ class AccessSettings(BaseSettings):
     # One JSON line per security event: "stdout", a file path, or None for no audit log.
     audit_log: str | None = None
 
+    # Each RTSP output gets its own login, handed only to its owner (OBS and ffmpeg: rtsp://user:pass@host/...).
+    rtsp_auth: bool = True
+
     tls_cert: Path | None = None
     tls_key: Path | None = None
 

@@ -469,6 +469,34 @@ class _AudAppender:
         return Gst.PadProbeReturn.HANDLED
 
 
+def _new_auth(gst: _Bindings) -> Any:
+    import gi
+
+    gi.require_version("GstRtsp", "1.0")
+    from gi.repository import GstRtsp
+
+    auth = gst.GstRtspServer.RTSPAuth.new()
+    auth.set_supported_methods(GstRtsp.RTSPAuthMethod.DIGEST)
+    auth.set_realm("swapcast")
+    return auth
+
+
+def _add_login(gst: _Bindings, auth: Any, user: str, password: str) -> None:
+    token = gst.GstRtspServer.RTSPToken()
+    token.set_string("media.factory.role", user)
+    auth.add_digest(user, password, token)
+
+
+def _allow_role(gst: _Bindings, factory: Any, role: str | None) -> None:
+    """Only `role` may see and play the factory's media; with no role, nobody may."""
+    if role is None:
+        return
+    structure, _ = gst.Gst.Structure.from_string(
+        f"{role}, media.factory.access=(boolean)true, media.factory.construct=(boolean)true"
+    )
+    factory.add_role_from_structure(structure)
+
+
 class RtspServer:
     """An RTSP server on `host:port` with its own GLib main loop thread.
 
@@ -476,8 +504,15 @@ class RtspServer:
     after `start`; a stopped server can be started again and keeps its paths and its port.
     """
 
-    def __init__(self, port: int = 8554, host: str = "127.0.0.1", *, client_threads: int = 16) -> None:
+    def __init__(
+        self, port: int = 8554, host: str = "127.0.0.1", *, client_threads: int = 16, authenticate: bool = False
+    ) -> None:
+        """`authenticate`: every path is refused (401) except to the login given when it was published, checked
+        by gst-rtsp-server with Digest authentication (the password never crosses the network)."""
         self.host = host
+        self.authenticate = authenticate
+        self._auth: Any = None
+        self._logins: dict[str, tuple[str, str]] = {}
         self._requested_port = port
         self._bound_port: int | None = None
         self._client_threads = client_threads
@@ -529,6 +564,11 @@ class RtspServer:
             except gst.GLib.Error as exc:
                 raise UserError(f"cannot serve RTSP on {self.host}:{self._requested_port}: {exc.message}") from exc
             listener.attach(context)
+            if self.authenticate:
+                self._auth = _new_auth(gst)
+                for login in self._logins.values():
+                    _add_login(gst, self._auth, *login)
+                server.set_auth(self._auth)
             server.connect("client-connected", self._on_client_connected)
             mounts = server.get_mount_points()
             for path, publisher in self._publishers.items():
@@ -559,7 +599,7 @@ class RtspServer:
         gst = _load_bindings()[0]
         with self._lock:
             server, loop, thread, sources = self._server, self._loop, self._thread, self._sources
-            self._server = self._loop = self._thread = None
+            self._server = self._loop = self._thread = self._auth = None
             self._sources = []
             if self._requested_port == 0 and self._bound_port is not None:
                 self._requested_port = self._bound_port  # a restart keeps the URLs handed out
@@ -592,11 +632,13 @@ class RtspServer:
         *,
         bitrate_kbps: int | None = None,
         aud_after_frame: bool = True,
+        login: tuple[str, str] | None = None,
     ) -> RtspPublisher:
         """Serve `path` as H.264 at `width`x`height` (even numbers) and `fps`.
 
         `bitrate_kbps` defaults to `default_bitrate_kbps`; `aud_after_frame` is explained in the
-        module docstring."""
+        module docstring. `login` (user, password) is the one client allowed to play the path when the server
+        authenticates; the user name must be unique to the path."""
         gst = _require_bindings()
         path = normalise_path(path)
         if width <= 0 or height <= 0 or width % 2 or height % 2:
@@ -608,6 +650,12 @@ class RtspServer:
             if path in self._publishers:
                 raise UserError(f"RTSP path {path} is already published")
             publisher = RtspPublisher(self, gst, path, width, height, fps, kbps, aud_after_frame)
+            if self.authenticate:
+                _allow_role(gst, publisher.factory, login[0] if login else None)
+                if login is not None:
+                    self._logins[path] = login
+                    if self._auth is not None:
+                        _add_login(gst, self._auth, *login)
             self._publishers[path] = publisher
             if self._server is not None:
                 self._server.get_mount_points().add_factory(path, publisher.factory)
@@ -620,6 +668,9 @@ class RtspServer:
         with self._lock:
             publisher = self._publishers.pop(path, None)
             server = self._server
+            login = self._logins.pop(path, None)
+            if login is not None and self._auth is not None:
+                self._auth.remove_digest(login[0])
             if publisher is not None and server is not None:
                 server.get_mount_points().remove_factory(path)
         if publisher is None:

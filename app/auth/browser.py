@@ -1,6 +1,7 @@
 """What a web page elsewhere must not do with this server, enforced before any route runs.
 
-- `Host` must name this server: a DNS-rebinding page reaches a loopback server under its own host name.
+- `Host` must name this server: a DNS-rebinding page reaches a loopback server under its own host name
+  (probes excepted).
 - A state-changing request that carries an `Origin` must come from this server's own page or an allowed origin.
 - A POST that a page elsewhere could send without a CORS preflight (a "simple" request: form or text body, no
   custom header) is refused unless it carries `Authorization` or `X-Swapcast`; a cross-site form cannot add
@@ -18,6 +19,8 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 STATE_CHANGING = {"POST", "PUT", "PATCH", "DELETE"}
 SIMPLE_CONTENT_TYPES = {"application/x-www-form-urlencoded", "multipart/form-data", "text/plain", ""}
 CUSTOM_HEADER = "x-swapcast"
+# Probes (a kubelet calls with the pod's address as Host) answer anyone: they reveal nothing.
+ANY_HOST_PATHS = {"/healthz", "/readyz"}
 PAGE_CSP = (
     "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' blob: data:; "
     "media-src 'self' blob: mediastream:; connect-src 'self'; object-src 'none'; base-uri 'none'; "
@@ -79,7 +82,7 @@ class BrowserGuard:
 
     def _refusal(self, scope: Scope, headers: Headers) -> tuple[int, str] | None:
         host = host_name(headers.get("host", ""))
-        if not self.any_host and host not in self.hosts:
+        if not self.any_host and host not in self.hosts and scope["path"] not in ANY_HOST_PATHS:
             return 400, "unknown Host header: this server answers only to its own names (SWAPCAST_ALLOWED_HOSTS)"
         if scope["method"] not in STATE_CHANGING:
             return None

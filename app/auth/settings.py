@@ -2,6 +2,7 @@
 
 import ipaddress
 import os
+import socket
 from pathlib import Path
 
 from pydantic import Field, SecretStr, model_validator
@@ -46,6 +47,9 @@ class AccessSettings(BaseSettings):
     # Each RTSP output gets its own login, handed only to its owner (OBS and ffmpeg: rtsp://user:pass@host/...).
     rtsp_auth: bool = True
 
+    # Serve /metrics without credentials on this loopback-only port as well (the usual Prometheus set-up).
+    metrics_port: int | None = Field(None, ge=0, le=65535)
+
     tls_cert: Path | None = None
     tls_key: Path | None = None
 
@@ -83,10 +87,24 @@ def is_loopback(host: str) -> bool:
 
 
 def allowed_hosts(settings: AccessSettings, bind_host: str, public_host: str | None) -> list[str]:
+    """Host header values to accept: as set, or this server's own names (a wildcard bind adds the machine's
+    host name and addresses, as other machines will call it)."""
     if settings.allowed_hosts is not None:
         return [h.strip("[]").lower() for h in settings.allowed_hosts]
-    hosts = ["localhost", "127.0.0.1", "::1"]
-    for extra in (bind_host, public_host):
-        if extra and extra not in ("0.0.0.0", "::", "") and extra.strip("[]").lower() not in hosts:
-            hosts.append(extra.strip("[]").lower())
+    names = ["localhost", "127.0.0.1", "::1", bind_host, public_host or ""]
+    if bind_host in ("0.0.0.0", "::", ""):
+        names += machine_names()
+    hosts: list[str] = []
+    for name in names:
+        name = name.strip("[]").lower()
+        if name and name not in ("0.0.0.0", "::") and name not in hosts:
+            hosts.append(name)
     return hosts
+
+
+def machine_names() -> list[str]:
+    try:
+        hostname, aliases, addresses = socket.gethostbyname_ex(socket.gethostname())
+    except OSError:  # no resolvable host name: only the configured names
+        return []
+    return [hostname, *aliases, *addresses]

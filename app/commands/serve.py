@@ -129,6 +129,9 @@ def run(args: argparse.Namespace) -> int:
             print(f"  engine      {engine}{engine_note}", flush=True)
             print(f"  identities  {settings.identity_dir}", flush=True)
             print(f"  access      {access.describe()}", flush=True)
+            if metrics_server is not None:
+                metrics_url = f"http://127.0.0.1:{metrics_server.server_port}/metrics"
+                print(f"  metrics     {metrics_url} (loopback only, no credentials)", flush=True)
             audit = settings.access.audit_log or "off (SWAPCAST_AUDIT_LOG=stdout or a file)"
             print(f"  audit log   {audit}", flush=True)
             print("  loading models; /readyz answers 200 once they are warm", flush=True)
@@ -141,6 +144,17 @@ def run(args: argparse.Namespace) -> int:
 
     app = create_app(settings, on_change=announce)
     access: Access = app.state.access
+    metrics_server = None
+    if settings.access.metrics_port is not None:
+        from prometheus_client import start_http_server
+
+        try:
+            metrics_server, _ = start_http_server(
+                settings.access.metrics_port, addr="127.0.0.1", registry=app.state.swapcast.metrics.registry
+            )
+        except OSError as exc:
+            sock.close()
+            raise UserError(f"cannot serve metrics on 127.0.0.1:{settings.access.metrics_port}: {exc}") from None
     verbose = logging.getLogger().isEnabledFor(logging.DEBUG)
     tls = settings.access
     config = uvicorn.Config(
@@ -160,6 +174,8 @@ def run(args: argparse.Namespace) -> int:
         server.run(sockets=[sock])
     finally:
         sock.close()
+        if metrics_server is not None:
+            metrics_server.shutdown()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     print("swapcast: stopped", flush=True)

@@ -327,3 +327,17 @@ def list_visibility(world: World, key: str, response: httpx.Response, caller: st
     seen = {entry["id"] for entry in response.json()[key]}
     wanted = caller != "other"
     return [] if (owned in seen) == wanted else [f"{where}: the owner's {key} {'missing' if wanted else 'visible'}"]
+
+
+def test_the_openapi_document_declares_the_bearer_scheme_on_every_guarded_operation(world: World) -> None:
+    document = httpx.get(world.url("/openapi.json")).json()
+    scheme = document["components"]["securitySchemes"]["bearer"]
+    assert scheme["type"] == "http" and scheme["scheme"] == "bearer"
+    for path, route in api_routes(world.server):
+        rule = access_rule(route)
+        assert rule is not None
+        if not route.include_in_schema:
+            continue
+        for method in route.methods:
+            operation = document["paths"][path][method.lower()]
+            assert ("security" in operation) == (not rule.public), f"{method} {path}"

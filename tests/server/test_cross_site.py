@@ -63,10 +63,12 @@ def test_state_changes_from_a_foreign_origin_are_refused_whatever_the_body(serve
 
 
 def test_a_foreign_host_header_is_refused_so_dns_rebinding_gets_nothing(server: RunningServer) -> None:
-    for path in ("/", "/v1/identities", "/v1/server", "/healthz"):
+    for path in ("/", "/v1/identities", "/v1/server", "/metrics", "/static/app.js"):
         response = httpx.get(f"{server.base_url}{path}", headers={"Host": "attacker.example"})
         assert response.status_code == 400, path
         assert "Host" in response.json()["detail"]
+    # Probes answer whatever the Host (a kubelet uses the pod address): they reveal nothing.
+    assert httpx.get(f"{server.base_url}/healthz", headers={"Host": "10.1.2.3:8000"}).status_code == 200
     for host in (f"localhost:{server.port}", f"127.0.0.1:{server.port}", "LOCALHOST"):
         assert httpx.get(f"{server.base_url}/healthz", headers={"Host": host}).status_code == 200
 

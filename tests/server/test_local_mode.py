@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
 from pathlib import Path
+
+import httpx
 
 from app.auth.keys import KeyStore
 
@@ -107,5 +110,23 @@ def test_loopback_without_credentials_runs_as_the_local_principal(tmp_path: Path
             "  access      local mode: no keys or tokens configured, every request here acts as the local principal"
             in lines
         )
+    finally:
+        stop(proc)
+
+
+def test_metrics_need_the_scope_except_on_the_loopback_metrics_port(tmp_path: Path, model_root: Path) -> None:
+    keys = tmp_path / "keys.json"
+    KeyStore(keys).create("admin", ["admin"])
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        metrics_port = probe.getsockname()[1]
+    proc = serve([], model_root, tmp_path, SWAPCAST_KEYS_FILE=str(keys), SWAPCAST_METRICS_PORT=str(metrics_port))
+    try:
+        lines = first_lines(proc, "  loading models")
+        base = lines[0].rsplit(" ", 1)[1]
+        assert f"  metrics     http://127.0.0.1:{metrics_port}/metrics (loopback only, no credentials)" in lines
+        assert httpx.get(f"{base}/metrics").status_code == 401
+        scraped = httpx.get(f"http://127.0.0.1:{metrics_port}/metrics")
+        assert scraped.status_code == 200 and "swapcast_ready" in scraped.text
     finally:
         stop(proc)

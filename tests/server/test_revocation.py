@@ -5,6 +5,7 @@ of the answer), and revoking a key ends the sessions started with it."""
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -75,8 +76,10 @@ def test_revoking_a_key_ends_the_sessions_it_started(
     clip: MotionClip,
 ) -> None:
     creds = make_credentials(tmp_path / "keys.json")
+    audit = tmp_path / "audit.log"
     settings = server_settings(
-        tmp_path / "identities", access=AccessSettings(keys_file=creds.keys_file, auth_failure_delay_s=0.0)
+        tmp_path / "identities",
+        access=AccessSettings(keys_file=creds.keys_file, auth_failure_delay_s=0.0, audit_log=str(audit)),
     )
     with start_server(settings, pipeline_factory) as server:
         identity = upload(server.base_url, tom_png, headers=bearer(creds.owner)).json()["id"]
@@ -106,6 +109,20 @@ def test_revoking_a_key_ends_the_sessions_it_started(
         last = max(r.at for r in client.result.received)
         assert last - revoked < 2.0  # the watcher polls the keys file twice a second
         assert closed_with_key(server, creds.admin) == 1.0
+    events = [json.loads(line) for line in audit.read_text().splitlines()]
+    kinds = [e["event"] for e in events]
+    for kind in (
+        "key_first_use",
+        "identity_created",
+        "session_started",
+        "key_revoked",
+        "session_ended",
+        "auth_failure",
+    ):
+        assert kind in kinds, kind
+    ended = next(e for e in events if e["event"] == "session_ended")
+    assert ended["reason"] == "key revoked" and ended["owner"] == "key:alice" and ended["identity"] == identity
+    assert creds.owner.split("_", 2)[2] not in audit.read_text()
 
 
 def closed_with_key(server: RunningServer, admin: str) -> float:

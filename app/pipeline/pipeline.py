@@ -59,7 +59,8 @@ def matrix_scale(matrix: np.ndarray) -> float:
 class FramePipeline:
     """`detector` and `engine` serve still photos (identities: `prepare_source`); frames go through
     `stages`, by default the same detector and engine called directly, then `crops` (e.g. an enhancer).
-    The pipeline owns all of them: `close` closes the stages (batchers first) and then the models."""
+    The pipeline owns all of them: `close` closes each stage (a batcher before the stage it wraps), then
+    the still-photo detector and the engine (closing twice is harmless)."""
 
     def __init__(
         self,

@@ -12,6 +12,7 @@ from fastapi.staticfiles import StaticFiles
 from app.auth.access import Access
 from app.auth.browser import BrowserGuard
 from app.auth.guard import PUBLIC
+from app.server.errors import install_error_handlers
 from app.server.limits import BodyLimitMiddleware
 from app.server.revocation import RevocationWatcher
 from app.server.routes import health, identities, sessions, streams
@@ -60,6 +61,7 @@ def create_app(
         return settings.max_json_bytes
 
     app.add_middleware(BodyLimitMiddleware, limit_for=limit_for)
+    install_error_handlers(app, settings)
     if settings.access.cors_origins:
         app.add_middleware(
             CORSMiddleware,

@@ -165,12 +165,9 @@ async def create_identity(
         raise HTTPException(415, "unsupported image type: send a JPEG, PNG or WebP file")
 
     loop = asyncio.get_running_loop()
-    try:
-        info, faces, prepared, thumb = await loop.run_in_executor(
-            state.control_executor, _analyse, pipeline, data, settings.max_image_pixels, face_index
-        )
-    except ImageRejected as exc:
-        raise HTTPException(exc.status, exc.reason) from None
+    info, faces, prepared, thumb = await loop.run_in_executor(
+        state.control_executor, _analyse, pipeline, data, settings.max_image_pixels, face_index
+    )
     identity = await loop.run_in_executor(
         state.control_executor,
         lambda: state.store.create(
@@ -208,14 +205,12 @@ async def _get(state: StateDep, identity_id: str, principal: Principal) -> Ident
     loop = asyncio.get_running_loop()
     try:
         identity = await loop.run_in_executor(state.control_executor, state.store.get, identity_id)
-    except IdentityNotFound as exc:
-        raise HTTPException(404, str(exc)) from None
-    except IdentityUnreadable as exc:
-        if not principal.is_admin:
-            raise HTTPException(404, str(IdentityNotFound(identity_id))) from None
-        raise HTTPException(409, str(exc)) from None
+    except IdentityUnreadable:
+        if not principal.is_admin:  # damaged on disk: whose it was cannot be read, so only admin hears of it
+            raise IdentityNotFound(identity_id) from None
+        raise
     if not principal.can_see(identity.owner):
-        raise HTTPException(404, str(IdentityNotFound(identity_id)))
+        raise IdentityNotFound(identity_id)
     return identity
 
 
@@ -228,10 +223,7 @@ async def get_identity(identity_id: IdentityId, state: StateDep, principal: Iden
 async def get_thumbnail(identity_id: IdentityId, state: StateDep, principal: IdentitiesRead) -> Response:
     await _get(state, identity_id, principal)
     loop = asyncio.get_running_loop()
-    try:
-        data = await loop.run_in_executor(state.control_executor, state.store.thumbnail, identity_id)
-    except IdentityNotFound as exc:
-        raise HTTPException(404, str(exc)) from None
+    data = await loop.run_in_executor(state.control_executor, state.store.thumbnail, identity_id)
     return Response(data, media_type="image/jpeg", headers={"Cache-Control": "private, max-age=3600"})
 
 
@@ -248,8 +240,6 @@ async def delete_identity(
     loop = asyncio.get_running_loop()
     try:
         await loop.run_in_executor(state.control_executor, state.store.delete, identity_id)
-    except IdentityNotFound as exc:
-        raise HTTPException(404, str(exc)) from None
     finally:
         state.cache.invalidate(identity_id)
     await revocation.identity_deleted(identity_id)

@@ -7,13 +7,9 @@ from urllib.parse import urlsplit
 from fastapi import APIRouter, HTTPException, Path, Response
 from pydantic import BaseModel, Field
 
-from app.auth.access import Access
 from app.auth.guard import AccessDep, StreamsUser
-from app.auth.principal import Principal
-from app.media.webrtc import AdmissionError
 from app.server.deps import RevocationDep, StateDep, StreamsDep
-from app.server.ingest import Stream, StreamManager, StreamNotFound, StreamsUnavailable
-from app.server.routes.sessions import load_identity
+from app.server.owned import owned_source, owned_stream
 from app.server.settings import ServerSettings
 
 router = APIRouter(prefix="/v1/streams", tags=["streams"])
@@ -59,29 +55,11 @@ async def create_stream(
     request: StreamRequest, state: StateDep, streams: StreamsDep, principal: StreamsUser, revocation: RevocationDep
 ) -> dict[str, Any]:
     source_url = check_source(request.source_url, state.settings)
-    reason = streams.unavailable_reason
-    if reason is not None:
-        raise HTTPException(503, reason)
-    source = await load_identity(state, request.identity, principal)
-    try:
-        stream = await streams.open(source_url, request.identity, source)
-    except AdmissionError as exc:
-        raise HTTPException(503, str(exc), headers={"Retry-After": str(state.settings.retry_after_s)}) from None
-    except StreamsUnavailable as exc:
-        raise HTTPException(503, str(exc)) from None
+    streams.check_available()
+    source = await owned_source(state, principal, request.identity)
+    stream = await streams.open(source_url, request.identity, source)
     revocation.stream_started(stream, principal)
     return stream.stats()
-
-
-def owned_stream(streams: StreamManager, stream_id: str, principal: Principal, access: Access) -> Stream:
-    """The stream if `principal` may see it; another owner's answers 404 like a missing one."""
-    try:
-        stream = streams.get(stream_id)
-    except StreamNotFound as exc:
-        raise HTTPException(404, str(exc)) from None
-    if not access.owners.visible(principal, stream):
-        raise HTTPException(404, str(StreamNotFound(stream_id)))
-    return stream
 
 
 @router.get("")
@@ -100,8 +78,7 @@ async def get_stream(
 
 @router.delete("/{stream_id}", status_code=204)
 async def delete_stream(
-    stream_id: StreamId, streams: StreamsDep, principal: StreamsUser, revocation: RevocationDep, access: AccessDep
+    stream_id: StreamId, streams: StreamsDep, principal: StreamsUser, access: AccessDep, revocation: RevocationDep
 ) -> Response:
-    stream = owned_stream(streams, stream_id, principal, access)
-    await revocation.close_stream(stream, "deleted")
+    await revocation.close_stream(owned_stream(streams, stream_id, principal, access), "deleted")
     return Response(status_code=204)

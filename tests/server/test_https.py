@@ -13,7 +13,7 @@ from app.auth.settings import AccessSettings
 from tests.server.credentials import bearer, make_credentials
 from tests.server.harness import server_settings, start_server
 from tests.server.test_cross_site import no_models
-from tests.server.test_local_mode import first_lines, serve, stop
+from tests.server.test_local_mode import first_lines, get_when_listening, serve, stop
 from tests.server.tls import make_tls
 
 
@@ -47,7 +47,7 @@ def test_serve_prints_https_urls_and_answers_over_tls(tmp_path: Path, model_root
         assert lines and lines[0].startswith("swapcast serving on https://127.0.0.1:"), lines
         base = lines[0].rsplit(" ", 1)[1]
         trusted = ssl.create_default_context(cafile=str(tls.ca))
-        assert httpx.get(f"{base}/healthz", verify=trusted).json() == {"status": "alive"}
+        assert get_when_listening(f"{base}/healthz", verify=trusted).json() == {"status": "alive"}
     finally:
         stop(proc)
 

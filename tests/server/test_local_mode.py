@@ -9,7 +9,9 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -55,6 +57,19 @@ def first_lines(proc: subprocess.Popen[str], until: str, timeout: float = 60) ->
     threading.Thread(target=read, daemon=True).start()
     seen.wait(timeout)
     return lines
+
+
+def get_when_listening(url: str, timeout: float = 20.0, **kwargs: Any) -> httpx.Response:
+    """GET `url`, retrying while the socket is not accepting yet: the banner is printed during start-up,
+    just before the server accepts connections."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return httpx.get(url, **kwargs)
+        except httpx.ConnectError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
 
 
 def stop(proc: subprocess.Popen[str]) -> str:
@@ -125,7 +140,7 @@ def test_metrics_need_the_scope_except_on_the_loopback_metrics_port(tmp_path: Pa
         lines = first_lines(proc, "  loading models")
         base = lines[0].rsplit(" ", 1)[1]
         assert f"  metrics     http://127.0.0.1:{metrics_port}/metrics (loopback only, no credentials)" in lines
-        assert httpx.get(f"{base}/metrics").status_code == 401
+        assert get_when_listening(f"{base}/metrics").status_code == 401
         scraped = httpx.get(f"http://127.0.0.1:{metrics_port}/metrics")
         assert scraped.status_code == 200 and "swapcast_ready" in scraped.text
     finally:

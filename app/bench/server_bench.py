@@ -139,6 +139,7 @@ def _serve(kind: str, identity_dir: str) -> None:
     if kind == ECHO:
         app = _echo_app()
     else:
+        from app.auth.settings import AccessSettings
         from app.server.app import create_app
         from app.server.settings import ServerSettings
         from app.settings import PipelineSettings
@@ -148,6 +149,8 @@ def _serve(kind: str, identity_dir: str) -> None:
             rtsp_enabled=False,
             max_sessions=16,
             pipeline=PipelineSettings(engine=kind),
+            # The benchmark's own loopback server runs in local mode, whatever keys the user has made.
+            access=AccessSettings(keys_file=Path(identity_dir) / "no-keys.json"),
         )
         app = create_app(settings)
     sock = socket.socket()

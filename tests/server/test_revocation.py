@@ -1,21 +1,24 @@
 """Revocation on a live server with real aiortc clients sending stamped frames: deleting an identity stops
-every session showing it before the DELETE returns (the last swapped frame arrives within one frame interval
-of the answer), and revoking a key ends the sessions started with it."""
+every session and stream showing it before the DELETE returns (the last swapped frame arrives within one frame
+interval of the answer), and revoking a key ends the sessions started with it."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 import httpx
+import pytest
 
 from app.auth.keys import KeyStore, key_id_of
 from app.auth.settings import AccessSettings
 from app.bench.rtc_client import RtcClient
-from app.media.clips import MotionClip
+from app.media.clips import MotionClip, write_clip
+from app.media.rtsp_out import rtsp_unavailable_reason
 from app.pipeline.pipeline import FramePipeline
 from app.settings import PipelineSettings
 from tests.server.credentials import bearer, make_credentials
@@ -129,3 +132,39 @@ def closed_with_key(server: RunningServer, admin: str) -> float:
     text = httpx.get(f"{server.base_url}/metrics", headers=bearer(admin)).text
     line = next(x for x in text.splitlines() if x.startswith('swapcast_sessions_closed_total{reason="key revoked"}'))
     return float(line.split()[-1])
+
+
+@pytest.mark.skipif(rtsp_unavailable_reason() is not None, reason="streams need GStreamer RTSP")
+def test_deleting_an_identity_ends_the_streams_showing_it(
+    tmp_path: Path,
+    pipeline_factory: Callable[[PipelineSettings], FramePipeline],
+    tom_png: bytes,
+    clip: MotionClip,
+) -> None:
+    video = tmp_path / "camera.mp4"
+    write_clip(MotionClip(clip.frames[:15], clip.matrices[:15], clip.fps), video, audio_tone_hz=None)
+    audit = tmp_path / "audit.log"
+    settings = server_settings(
+        tmp_path / "identities",
+        access=AccessSettings(keys_file=tmp_path / "none.json", audit_log=str(audit)),
+        rtsp_enabled=True,
+        rtsp_port=0,
+        allow_file_sources=True,
+    )
+    with start_server(settings, pipeline_factory) as server:
+        base = server.base_url
+        identity = upload(base, tom_png).json()["id"]
+        stream = httpx.post(f"{base}/v1/streams", json={"source_url": str(video), "identity": identity}).json()
+        assert wait_until(lambda: httpx.get(f"{base}/v1/streams/{stream['id']}").json()["stats"]["frames_out"] > 0, 60)
+        assert httpx.delete(f"{base}/v1/identities/{identity}").status_code == 204
+        assert httpx.get(f"{base}/v1/streams/{stream['id']}").status_code == 404
+        assert server.state.rtsp.client_count([f"/stream/{stream['id']}"]) == 0
+        probe = subprocess.run(
+            ["ffprobe", "-v", "error", "-rtsp_transport", "tcp", stream["rtsp_url"]],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert probe.returncode != 0  # the path is gone with its login
+    ended = [json.loads(line) for line in audit.read_text().splitlines() if '"stream_ended"' in line]
+    assert [(e["stream"], e["reason"]) for e in ended] == [(stream["id"], "identity deleted")]

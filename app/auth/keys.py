@@ -9,6 +9,7 @@ The server re-reads the file when its modification time changes, so `swapcast ke
 a running server without a restart.
 """
 
+import fcntl
 import hashlib
 import hmac
 import json
@@ -16,6 +17,8 @@ import os
 import re
 import secrets
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -124,6 +127,19 @@ class KeyStore:
 
     # ------------------------------------------------------------------------------ writing (the CLI)
 
+    @contextmanager
+    def _writing(self) -> Iterator[dict[str, KeyRecord]]:
+        """The records to change, written back when the block ends; one writer at a time across processes."""
+        directory = self.path.parent
+        if not directory.exists():
+            directory.mkdir(parents=True, mode=0o700)
+        with (directory / f".{self.path.name}.lock").open("a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            self._stamp = None
+            records = {r.id: r for r in self.records()}
+            yield records
+            self._write(records)
+
     def create(self, name: str, scopes: list[str]) -> tuple[KeyRecord, str]:
         """A new key for `name` with `scopes`; returns its record and the key, which is not stored."""
         if not NAME_PATTERN.match(name):
@@ -141,30 +157,25 @@ class KeyStore:
             hash=_hash(salt, secret),
             created=_now(),
         )
-        records = {r.id: r for r in self.records()}
-        if key_id in records:  # 48 random bits: practically never; refuse rather than overwrite
-            raise KeyStoreError("key id collision; run the command again")
-        records[key_id] = record
-        self._write(records)
+        with self._writing() as records:
+            if key_id in records:  # 48 random bits: practically never; refuse rather than overwrite
+                raise KeyStoreError("key id collision; run the command again")
+            records[key_id] = record
         return record, f"{PREFIX}{key_id}_{secret}"
 
     def revoke(self, key_id_or_name: str) -> list[KeyRecord]:
         """Revoke the key with this id, or every active key with this name; returns what was revoked."""
-        records = {r.id: r for r in self.records()}
-        chosen = [r for r in records.values() if r.active and key_id_or_name in (r.id, r.name)]
-        if not chosen:
-            raise KeyStoreError(f"no active key with id or name {key_id_or_name!r} (see `swapcast keys list`)")
-        now = _now()
-        for record in chosen:
-            records[record.id] = replace(record, revoked=now)
-        self._write(records)
+        with self._writing() as records:
+            chosen = [r for r in records.values() if r.active and key_id_or_name in (r.id, r.name)]
+            if not chosen:
+                raise KeyStoreError(f"no active key with id or name {key_id_or_name!r} (see `swapcast keys list`)")
+            now = _now()
+            for record in chosen:
+                records[record.id] = replace(record, revoked=now)
         return [records[r.id] for r in chosen]
 
     def _write(self, records: dict[str, KeyRecord]) -> None:
         body = {"version": _FORMAT_VERSION, "keys": [asdict(r) | {"scopes": list(r.scopes)} for r in records.values()]}
-        directory = self.path.parent
-        if not directory.exists():
-            directory.mkdir(parents=True, mode=0o700)
         with atomic_path(self.path) as tmp:
             tmp.write_text(json.dumps(body, indent=1) + "\n", encoding="utf-8")
         # Only salted hashes of 256-bit secrets are inside, but nobody else needs to read them.

@@ -6,6 +6,7 @@ import os
 import stat
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -104,3 +105,14 @@ def test_keys_command_creates_lists_and_revokes(tmp_path: Path) -> None:
     ]
     again = swapcast("revoke", "obs", keys_file=keys_file)
     assert again.returncode == 2 and again.stderr.startswith("swapcast: error: no active key")
+
+
+def test_concurrent_writers_lose_no_key(tmp_path: Path) -> None:
+    path = tmp_path / "keys.json"
+
+    def create(i: int) -> str:
+        return KeyStore(path).create(f"writer-{i}", ["sessions"])[0].id
+
+    with ThreadPoolExecutor(8) as pool:
+        made = set(pool.map(create, range(16)))
+    assert {r.id for r in KeyStore(path).records()} == made and len(made) == 16

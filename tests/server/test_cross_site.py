@@ -13,7 +13,7 @@ import httpx
 from app.auth.settings import AccessSettings
 from app.pipeline.pipeline import FramePipeline
 from app.settings import PipelineSettings
-from tests.server.credentials import bearer, make_credentials
+from tests.server.credentials import JWT_AUDIENCE, JWT_ISSUER, JWT_SECRET, bearer, make_credentials, token
 from tests.server.harness import PAGE_HEADERS, RunningServer, server_settings, start_server, upload
 
 
@@ -134,3 +134,31 @@ def test_failures_get_a_bearer_challenge_after_a_growing_delay_and_the_audit_log
     text = audit.read_text()
     for key in (creds.owner, creds.bad_key, creds.without["identities:read"]):
         assert key.split("_", 2)[2] not in text
+
+
+def test_a_valid_jwt_is_a_principal_with_its_scopes_and_bad_tokens_are_refused(tmp_path: Path) -> None:
+    settings = {
+        "keys_file": tmp_path / "none.json",
+        "jwt_secret": JWT_SECRET,
+        "jwt_issuer": JWT_ISSUER,
+        "jwt_audience": JWT_AUDIENCE,
+        "auth_failure_delay_s": 0.0,
+    }
+    with light_server(tmp_path, **settings) as server:
+        url = f"{server.base_url}/v1/identities"
+        assert httpx.get(url, headers=bearer(token())).status_code == 200
+        assert httpx.get(url, headers=bearer(token({"scope": "sessions"}))).status_code == 403
+        assert httpx.get(url, headers=bearer(token({"scp": ["identities:read"]}))).status_code == 200
+        now = int(time.time())
+        refused = {
+            "expired": token({"exp": now - 600}),
+            "not yet valid": token({"nbf": now + 600}),
+            "wrong audience": token({"aud": "another-service"}),
+            "wrong issuer": token({"iss": "https://evil.example"}),
+            "unsigned": token(key=None, algorithm="none"),
+            "forged": token(key="another-secret-that-is-long-enough-to-sign!"),
+        }
+        for what, jwt_token in refused.items():
+            response = httpx.get(url, headers=bearer(jwt_token))
+            assert response.status_code == 401, what
+            assert response.headers["www-authenticate"].startswith("Bearer"), what

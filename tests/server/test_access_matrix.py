@@ -341,3 +341,48 @@ def test_the_openapi_document_declares_the_bearer_scheme_on_every_guarded_operat
         for method in route.methods:
             operation = document["paths"][path][method.lower()]
             assert ("security" in operation) == (not rule.public), f"{method} {path}"
+
+
+def test_a_session_can_switch_only_to_its_owners_identities(world: World) -> None:
+    session = world.session(fresh=True)
+    theirs = world.call("POST", "/v1/identities", world.creds.other, files={"image": ("tom.png", world.photo)})
+    assert theirs.status_code == 201
+    other_identity = theirs.json()["id"]
+    try:
+        path = f"/v1/sessions/{session}"
+        switched = world.call("PATCH", path, world.creds.owner, json={"identity": other_identity})
+        assert switched.status_code == 404 and "not found" in switched.json()["detail"]
+        assert world.call("GET", path, world.creds.owner).json()["identity"] == world.identity()
+        sdp = {"content": world.offer, "headers": {"Content-Type": "application/sdp"}}
+        started = world.call("POST", f"/v1/sessions?identity={other_identity}", world.creds.owner, **sdp)
+        assert started.status_code == 404
+        by_admin = world.call("PATCH", path, world.creds.admin, json={"identity": other_identity})
+        assert by_admin.status_code == 200 and by_admin.json()["identity"] == other_identity
+    finally:
+        world.cleanup()
+
+
+def test_identities_stored_before_owners_existed_are_admin_only(world: World) -> None:
+    state = world.server.state
+    pipeline = state.pipeline
+    assert pipeline is not None
+    template = state.store.get(world.identity())
+    prepared = state.store.load_prepared(
+        template.id, pipeline.engine.model_key, pipeline.engine.name, pipeline.prepare_source
+    )
+    legacy = state.store.create(  # as stored before identities had owners: no owner recorded
+        name="from before",
+        photo=world.photo,
+        format=template.format,
+        width=template.width,
+        height=template.height,
+        faces=1,
+        face_index=None,
+        thumbnail=state.store.thumbnail(template.id),
+        prepared=prepared,
+    )
+    assert legacy.owner is None
+    for who, visible in ((world.creds.owner, False), (world.creds.other, False), (world.creds.admin, True)):
+        listed = {i["id"] for i in world.call("GET", "/v1/identities", who).json()["identities"]}
+        assert (legacy.id in listed) == visible
+        assert world.call("GET", f"/v1/identities/{legacy.id}", who).status_code == (200 if visible else 404)

@@ -9,11 +9,12 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable
-from typing import Any
 
 from app.auth.access import Access
 from app.auth.principal import Principal
+from app.media.webrtc import Session
 from app.server.state import ServerState
+from app.server.streams import Stream
 
 log = logging.getLogger(__name__)
 
@@ -61,7 +62,7 @@ class RevocationWatcher:
 
     # ------------------------------------------------------------------------------ registering
 
-    def session_started(self, session: Any, principal: Principal) -> None:
+    def session_started(self, session: Session, principal: Principal) -> None:
         self.access.owners.set(session, principal)
         self.access.audit.event(
             "session_started",
@@ -75,7 +76,7 @@ class RevocationWatcher:
         self._audit_tasks.add(task)
         task.add_done_callback(self._audit_tasks.discard)
 
-    async def _audit_end(self, session: Any, principal: Principal) -> None:
+    async def _audit_end(self, session: Session, principal: Principal) -> None:
         await session.closed.wait()
         self.access.audit.event(
             "session_ended",
@@ -85,7 +86,7 @@ class RevocationWatcher:
             reason=session.close_reason,
         )
 
-    def stream_started(self, stream: Any, principal: Principal) -> None:
+    def stream_started(self, stream: Stream, principal: Principal) -> None:
         self.access.owners.set(stream, principal)
         self.access.audit.event(
             "stream_started",
@@ -95,7 +96,7 @@ class RevocationWatcher:
             identity=stream.identity_id,
         )
 
-    async def close_stream(self, stream: Any, reason: str) -> None:
+    async def close_stream(self, stream: Stream, reason: str) -> None:
         streams = self.state.streams
         if streams is None:
             return
@@ -119,14 +120,14 @@ class RevocationWatcher:
         await self._end(lambda resource: resource.identity_id == identity_id, IDENTITY_DELETED)
 
     async def end_credentials(self, credentials: set[str]) -> None:
-        def started_with(resource: Any) -> bool:
+        def started_with(resource: Session | Stream) -> bool:
             ownership = self.access.owners.of(resource)
             return ownership is not None and ownership.credential in credentials
 
         await self._end(started_with, KEY_REVOKED)
         self.access.audit.event("key_revoked", key_ids=sorted(credentials))
 
-    async def _end(self, matches: Callable[[Any], bool], reason: str) -> None:
+    async def _end(self, matches: Callable[[Session | Stream], bool], reason: str) -> None:
         closing: list[asyncio.Task[None]] = []
         if self.state.sessions is not None:
             for session in self.state.sessions.sessions():

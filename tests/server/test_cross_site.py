@@ -162,3 +162,16 @@ def test_a_valid_jwt_is_a_principal_with_its_scopes_and_bad_tokens_are_refused(t
             response = httpx.get(url, headers=bearer(jwt_token))
             assert response.status_code == 401, what
             assert response.headers["www-authenticate"].startswith("Bearer"), what
+
+
+def test_credentials_are_checked_before_anything_else_is_said(tmp_path: Path) -> None:
+    """A server without its models answers 503, but only to callers that may hear it."""
+    creds = make_credentials(tmp_path / "keys.json")
+    with light_server(tmp_path, keys_file=creds.keys_file, auth_failure_delay_s=0.0) as server:
+        base = server.base_url
+        sdp = {"content": "v=0", "headers": {"Content-Type": "application/sdp", "X-Swapcast": "1"}}
+        assert httpx.post(f"{base}/v1/sessions?identity=x", **sdp).status_code == 401
+        assert httpx.get(f"{base}/v1/streams").status_code == 401
+        assert httpx.patch(f"{base}/v1/sessions/x", json={"identity": 5}).status_code == 401
+        owner = {**sdp["headers"], "Authorization": f"Bearer {creds.owner}"}
+        assert httpx.post(f"{base}/v1/sessions?identity=x", content="v=0", headers=owner).status_code == 503

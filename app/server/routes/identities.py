@@ -125,7 +125,7 @@ def _analyse(
 
 @router.post("", status_code=201, response_model=IdentityOut)
 async def create_identity(
-    request: Request, state: StateDep, pipeline: PipelineDep, principal: IdentitiesWrite, access: AccessDep
+    request: Request, principal: IdentitiesWrite, state: StateDep, pipeline: PipelineDep, access: AccessDep
 ) -> IdentityOut:
     """Multipart form: `image` (JPEG, PNG or WebP), optional `face_index`, optional `name`."""
     settings = state.settings

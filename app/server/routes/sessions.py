@@ -23,9 +23,9 @@ class SwitchIdentity(BaseModel):
 @router.post("", status_code=201)
 async def create_session(
     request: Request,
+    principal: SessionsUser,
     state: StateDep,
     sessions: SessionsDep,
-    principal: SessionsUser,
     revocation: RevocationDep,
     identity: Annotated[str | None, Query(max_length=64)] = None,
 ) -> Response:
@@ -56,14 +56,14 @@ async def create_session(
 
 @router.get("")
 async def list_sessions(
-    sessions: SessionsDep, principal: SessionsUser, access: AccessDep
+    principal: SessionsUser, sessions: SessionsDep, access: AccessDep
 ) -> dict[str, list[dict[str, Any]]]:
     return {"sessions": [s.stats() for s in sessions.sessions() if access.owners.visible(principal, s)]}
 
 
 @router.get("/{session_id}")
 async def get_session(
-    session_id: SessionId, sessions: SessionsDep, principal: SessionsUser, access: AccessDep
+    session_id: SessionId, principal: SessionsUser, sessions: SessionsDep, access: AccessDep
 ) -> dict[str, Any]:
     return owned_session(sessions, session_id, principal, access).stats()
 
@@ -72,9 +72,9 @@ async def get_session(
 async def switch_identity(
     session_id: SessionId,
     change: SwitchIdentity,
+    principal: SessionsUser,
     state: StateDep,
     sessions: SessionsDep,
-    principal: SessionsUser,
     access: AccessDep,
 ) -> dict[str, Any]:
     """Switch to another identity of the session's owner (admin: any)."""
@@ -86,7 +86,7 @@ async def switch_identity(
 
 @router.delete("/{session_id}", status_code=204)
 async def delete_session(
-    session_id: SessionId, sessions: SessionsDep, principal: SessionsUser, access: AccessDep
+    session_id: SessionId, principal: SessionsUser, sessions: SessionsDep, access: AccessDep
 ) -> Response:
     await owned_session(sessions, session_id, principal, access).close("deleted")
     return Response(status_code=204)

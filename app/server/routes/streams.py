@@ -52,7 +52,7 @@ def check_source(url: str, settings: ServerSettings) -> str:
 
 @router.post("", status_code=201)
 async def create_stream(
-    request: StreamRequest, state: StateDep, streams: StreamsDep, principal: StreamsUser, revocation: RevocationDep
+    request: StreamRequest, principal: StreamsUser, state: StateDep, streams: StreamsDep, revocation: RevocationDep
 ) -> dict[str, Any]:
     source_url = check_source(request.source_url, state.settings)
     streams.check_available()
@@ -64,21 +64,21 @@ async def create_stream(
 
 @router.get("")
 async def list_streams(
-    streams: StreamsDep, principal: StreamsUser, access: AccessDep
+    principal: StreamsUser, streams: StreamsDep, access: AccessDep
 ) -> dict[str, list[dict[str, Any]]]:
     return {"streams": [s.stats() for s in streams.streams() if access.owners.visible(principal, s)]}
 
 
 @router.get("/{stream_id}")
 async def get_stream(
-    stream_id: StreamId, streams: StreamsDep, principal: StreamsUser, access: AccessDep
+    stream_id: StreamId, principal: StreamsUser, streams: StreamsDep, access: AccessDep
 ) -> dict[str, Any]:
     return owned_stream(streams, stream_id, principal, access).stats()
 
 
 @router.delete("/{stream_id}", status_code=204)
 async def delete_stream(
-    stream_id: StreamId, streams: StreamsDep, principal: StreamsUser, access: AccessDep, revocation: RevocationDep
+    stream_id: StreamId, principal: StreamsUser, streams: StreamsDep, access: AccessDep, revocation: RevocationDep
 ) -> Response:
     await revocation.close_stream(owned_stream(streams, stream_id, principal, access), "deleted")
     return Response(status_code=204)

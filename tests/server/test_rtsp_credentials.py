@@ -1,9 +1,10 @@
-"""Protected RTSP outputs, checked with ffprobe (FFmpeg, which OBS's Media Source is built on): each output has
-its own login, handed only to its owner in the URL; no login, a wrong password or another output's login is
-refused by gst-rtsp-server (Digest authentication); the owner's URL plays."""
+"""Protected RTSP outputs, checked with ffprobe (FFmpeg, which OBS's Media Source is built on): each session and
+stream output has its own login, handed only to its owner in the URL; no login, a wrong password or another
+output's login is refused by gst-rtsp-server (Digest authentication); the owner's URL plays."""
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
@@ -13,6 +14,7 @@ import httpx
 import pytest
 
 from app.auth.settings import AccessSettings
+from app.bench.rtc_client import RtcClient
 from app.media.clips import MotionClip, write_clip
 from app.media.rtsp_out import rtsp_unavailable_reason
 from app.pipeline.pipeline import FramePipeline
@@ -98,3 +100,30 @@ def test_each_rtsp_output_plays_only_with_its_owners_login(
         assert played.stdout.strip().startswith("stream,h264,"), played.stdout
         for who, stream in streams.items():
             assert httpx.delete(f"{base}/v1/streams/{stream['id']}", headers=bearer(who)).status_code == 204
+
+
+def test_a_sessions_rtsp_output_plays_only_with_its_login(
+    tmp_path: Path,
+    pipeline_factory: Callable[[PipelineSettings], FramePipeline],
+    tom_png: bytes,
+    clip: MotionClip,
+) -> None:
+    settings = server_settings(tmp_path / "identities", rtsp_enabled=True, rtsp_port=0)
+    with start_server(settings, pipeline_factory) as server:
+        identity = upload(server.base_url, tom_png).json()["id"]
+
+        async def run() -> tuple[str, list[subprocess.CompletedProcess[str]]]:
+            client = RtcClient(clip.frames, fps=15)
+            async with httpx.AsyncClient(base_url=server.base_url, timeout=30) as http:
+                response = await client.connect(http, f"/v1/sessions?identity={identity}")
+                assert await client.wait_frames(5, 60)
+                url = response.headers["x-rtsp-url"]
+                results = [await asyncio.to_thread(ffprobe, u) for u in (with_login(url, None), url)]
+                await client.close()
+                await http.delete(client.location or "")
+            return url, results
+
+        url, (anonymous, owner) = asyncio.run(run())
+        assert urlsplit(url).password
+        assert anonymous.returncode != 0 and "401 Unauthorized" in anonymous.stderr
+        assert owner.returncode == 0 and owner.stdout.strip().startswith("stream,h264,"), owner.stderr

@@ -11,10 +11,11 @@ from app.errors import ModelError, UserError
 
 
 class _OneLineParser(argparse.ArgumentParser):
-    """Usage mistakes get the same single error line as every other failure."""
+    """Usage mistakes (including every value `app.commands.arguments` refuses) get the same single error line
+    as every other failure, and exit status 2."""
 
     def error(self, message: str) -> NoReturn:
-        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+        self.exit(2, f"swapcast: error: {message} (see `{self.prog} --help`)\n")
 
 
 def build_parser() -> argparse.ArgumentParser:

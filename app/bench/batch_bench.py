@@ -120,8 +120,7 @@ def _mean_batch(calls: ModelCalls, name: str) -> float | None:
     return round(calls.batchers[name].stats().mean_batch_size, 2)
 
 
-def run_batch_bench(config: BatchBenchConfig, store: ModelStore | None = None) -> dict[str, Any]:
-    store = store or ModelStore()
+def run_batch_bench(config: BatchBenchConfig, store: ModelStore) -> dict[str, Any]:
     still = load_sample("astronaut")
     detector = RetinaFaceDetector(OnnxModel(store.ensure("retinaface_mnet025"), threads=config.threads))
     (faces,) = detector.process([still])

@@ -8,7 +8,8 @@ from typing import cast
 from prometheus_client import CollectorRegistry
 
 from app.errors import ModelError
-from app.pipeline.calls import BatchedCalls, BatchPlan
+from app.model_store import resolve_swap_engine
+from app.pipeline.calls import BatchedCalls, BatchPlan, BatchSettings
 from app.pipeline.detect import DetectorConfig, RetinaFaceDetector
 from app.pipeline.enhance import EnhanceConfig, RealEsrganEnhancer
 from app.pipeline.paste import PasteConfig
@@ -18,7 +19,7 @@ from app.pipeline.swap import ClassicEngine, InswapperEngine, PassthroughEngine,
 from app.pipeline.track import TrackerConfig
 from app.runtime.backend import load_backend
 from app.runtime.onnx import OnnxModel
-from app.settings import PipelineSettings
+from app.settings import BatchingSettings, PipelineSettings
 from engines.onnx_batch import make_batch_dynamic
 from engines.registry import get_entry
 from engines.store import ModelStore
@@ -65,10 +66,11 @@ def load_batchable(store: ModelStore, name: str, settings: PipelineSettings) -> 
     return _load(dynamic, settings, source=original, source_sha256=sha256)
 
 
-def build_engine(settings: PipelineSettings, store: ModelStore) -> SwapEngine:
-    if settings.engine == "classic":
+def build_swap_engine(settings: PipelineSettings, store: ModelStore) -> SwapEngine:
+    swap_engine = resolve_swap_engine(settings, store)
+    if swap_engine == "classic":
         return ClassicEngine()
-    if settings.engine == "passthrough":
+    if swap_engine == "passthrough":
         return PassthroughEngine()
     recognizer = ArcFaceRecognizer(load_model(store, settings.recognizer_model, settings))
     swapper = load_batchable(store, settings.swapper_model, settings)
@@ -78,16 +80,26 @@ def build_engine(settings: PipelineSettings, store: ModelStore) -> SwapEngine:
     return InswapperEngine(swapper, recognizer, emap=None if fp32 else last_initializer(original))
 
 
+def batch_plan(settings: BatchingSettings) -> BatchPlan:
+    """The batchers' knobs per model, from the SWAPCAST_BATCH_ settings."""
+
+    def one(max_batch: int) -> BatchSettings:
+        return BatchSettings(
+            max_batch, settings.max_delay_ms, settings.max_queue, settings.policy, settings.deadline_ms
+        )
+
+    return BatchPlan(one(settings.detect_max_batch), one(settings.swap_max_batch), one(settings.enhance_max_batch))
+
+
 def build_pipeline(
     settings: PipelineSettings,
-    store: ModelStore | None = None,
+    store: ModelStore,
     *,
     batching: BatchPlan | None = None,
     registry: CollectorRegistry | None = None,
 ) -> FramePipeline:
     """The pipeline for `settings`. With `batching`, every model call goes through one shared dynamic
     batcher per model (live serving); without, models are called directly (files, benchmarks)."""
-    store = store or ModelStore()
     detector = RetinaFaceDetector(
         load_model(store, settings.detector_model, settings),
         DetectorConfig(
@@ -96,7 +108,7 @@ def build_pipeline(
             refine_landmarks=settings.refine_landmarks,
         ),
     )
-    engine = build_engine(settings, store)
+    engine = build_swap_engine(settings, store)
     enhancer = None
     if settings.enhancer_model:
         scale = get_entry(settings.enhancer_model).scale or 1

@@ -27,15 +27,12 @@ from typing import Literal, Protocol
 import numpy as np
 
 from app.errors import ModelError
+from app.names import BackendName, Precision, RunBackend
 from app.runtime.onnx import Array, OnnxModel
 from engines.precision.variants import check_variant, variant_path
 from engines.tensorrt.manifest import EngineMismatch, Platform, engine_path, probe_platform, verify_engine
 
 log = logging.getLogger(__name__)
-
-BackendName = Literal["auto", "onnxruntime", "tensorrt", "torch"]
-RunBackend = Literal["onnxruntime", "tensorrt", "torch"]
-Precision = Literal["fp32", "fp16", "int8"]
 
 
 class Model(Protocol):

@@ -10,7 +10,7 @@ import pytest
 from app.media.clips import MotionClip, load_sample, make_motion_clip
 from app.media.webrtc import use_host_addresses
 from app.pipeline.detect import RetinaFaceDetector
-from app.pipeline.factory import build_pipeline
+from app.pipeline.factory import batch_plan, build_pipeline
 from app.pipeline.pipeline import FramePipeline
 from app.pipeline.types import Image
 from app.settings import BatchingSettings, PipelineSettings
@@ -30,7 +30,7 @@ def loopback_ice() -> None:
 def pipeline_factory(store: ModelStore) -> Callable[[PipelineSettings], FramePipeline]:
     def factory(settings: PipelineSettings) -> FramePipeline:
         # As the server builds it: model calls through the shared dynamic batchers.
-        return build_pipeline(settings, store, batching=BatchingSettings().plan())
+        return build_pipeline(settings, store, batching=batch_plan(BatchingSettings()))
 
     return factory
 

@@ -5,12 +5,9 @@ from typing import Annotated, Any
 from fastapi import APIRouter, HTTPException, Path, Query, Request, Response
 from pydantic import BaseModel, Field
 
-from app.identity.store import IdentityNotFound, IdentityUnreadable
 from app.media.webrtc import AdmissionError, OfferError, SessionNotFound
-from app.pipeline.swap import PreparedSource
-from app.server.deps import SessionsDep, StateDep
+from app.server.deps import SessionsDep, StateDep, load_identity
 from app.server.limits import media_type, read_capped
-from app.server.state import NotReady, ServerState
 
 router = APIRouter(prefix="/v1/sessions", tags=["sessions"])
 
@@ -19,19 +16,6 @@ SessionId = Annotated[str, Path(min_length=1, max_length=64)]
 
 class SwitchIdentity(BaseModel):
     identity: str = Field(min_length=1, max_length=64)
-
-
-async def load_identity(state: ServerState, identity_id: str) -> PreparedSource:
-    """The prepared identity, or the HTTP error that explains why not."""
-    try:
-        return await state.load_source(identity_id)
-    except IdentityNotFound as exc:
-        raise HTTPException(404, str(exc)) from None
-    except IdentityUnreadable as exc:
-        raise HTTPException(409, str(exc)) from None
-    except NotReady as exc:
-        retry = {"Retry-After": str(state.settings.retry_after_s)}
-        raise HTTPException(503, f"not ready: {exc}", headers=retry) from None
 
 
 @router.post("", status_code=201)

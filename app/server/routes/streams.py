@@ -8,9 +8,8 @@ from fastapi import APIRouter, HTTPException, Path, Response
 from pydantic import BaseModel, Field
 
 from app.media.webrtc import AdmissionError
-from app.server.deps import StateDep, StreamsDep
+from app.server.deps import StateDep, StreamsDep, load_identity
 from app.server.ingest import StreamNotFound, StreamsUnavailable
-from app.server.routes.sessions import load_identity
 from app.server.settings import ServerSettings
 
 router = APIRouter(prefix="/v1/streams", tags=["streams"])

@@ -11,11 +11,11 @@ from engines.precision.variants import Precision
 
 SwapEngineName = Literal["inswapper", "classic", "passthrough"]
 # "auto": inswapper when its weights are in the model directory, else classic (what `swapcast serve` runs).
-SwapEngineChoice = Literal["auto"] | SwapEngineName
+SwapEngineChoice = Literal["auto", SwapEngineName]
 # The runtimes a model can run on; "auto" picks a TensorRT plan built for this GPU, else PyTorch on CUDA,
 # else ONNX Runtime (app.runtime.backend).
 RunBackend = Literal["onnxruntime", "tensorrt", "torch"]
-BackendName = Literal["auto"] | RunBackend
+BackendName = Literal["auto", RunBackend]
 
 
 def literal_values(kind: Any) -> tuple[str, ...]:

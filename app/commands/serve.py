@@ -63,8 +63,8 @@ def build_settings(args: argparse.Namespace) -> "ServerSettings":
         pipeline = settings.pipeline
         requested = args.engine or ("auto" if "engine" not in pipeline.model_fields_set else pipeline.engine)
         pipeline = pipeline.model_copy(update={"engine": requested})
-        engine = resolve_swap_engine(pipeline, open_model_store(settings.models))
-        return settings.model_copy(update={"pipeline": pipeline.model_copy(update={"engine": engine})})
+        swap_engine = resolve_swap_engine(pipeline, open_model_store(settings.models))
+        return settings.model_copy(update={"pipeline": pipeline.model_copy(update={"engine": swap_engine})})
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(part) for part in first["loc"])
@@ -94,8 +94,8 @@ def run(args: argparse.Namespace) -> int:
     sock = listen(settings.host, settings.port)
     port = sock.getsockname()[1]
     base = f"http://{_url_host(settings.url_host())}:{port}"
-    engine = settings.pipeline.engine
-    engine_note = "" if engine != "classic" else " (no swap weights: the texture fallback, see `swapcast models`)"
+    swap_engine = settings.pipeline.engine
+    engine_note = "" if swap_engine != "classic" else " (no swap weights: the texture fallback, see `swapcast models`)"
     announced: set[str] = set()
 
     def announce(state: ServerState) -> None:
@@ -110,7 +110,7 @@ def run(args: argparse.Namespace) -> int:
             print(f"  page        {base}/", flush=True)
             print(f"  API docs    {base}/docs", flush=True)
             print(f"  RTSP        {rtsp}", flush=True)
-            print(f"  engine      {engine}{engine_note}", flush=True)
+            print(f"  engine      {swap_engine}{engine_note}", flush=True)
             print(f"  identities  {settings.identity_dir}", flush=True)
             print("  loading models; /readyz answers 200 once they are warm", flush=True)
         if state.ready and "ready" not in announced:

@@ -6,6 +6,8 @@ import sys
 from collections.abc import Sequence
 from typing import NoReturn, cast
 
+from pydantic import ValidationError
+
 from app.commands import COMMANDS
 from app.errors import ModelError, UserError
 
@@ -41,6 +43,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         code: int = args.func(args)
     except (UserError, ModelError) as exc:
         print(f"swapcast: error: {exc}", file=sys.stderr)
+        return 2
+    except ValidationError as exc:  # a SWAPCAST_ variable the settings refuse
+        first = exc.errors()[0]
+        where = ".".join(str(part) for part in first["loc"])
+        print(f"swapcast: error: invalid setting {where}: {first['msg']}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("swapcast: interrupted", file=sys.stderr)

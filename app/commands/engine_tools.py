@@ -33,11 +33,13 @@ from app.commands.arguments import (
     unit_fraction,
 )
 from app.errors import UserError
+from app.model_store import open_model_store
 
 if TYPE_CHECKING:
     from torch import nn
 
     from engines.distill import DistillConfig, SourceImage, SRSet
+    from engines.store import ModelStore
     from engines.swap_student import AlignedCrop
 
 log = logging.getLogger(__name__)
@@ -132,18 +134,17 @@ def _training(p: argparse.ArgumentParser, *, batch: int, lr: float, alpha: float
 # -- helpers --------------------------------------------------------------------------------------------
 
 
-def model_path(spec: str) -> Path:
+def model_path(spec: str, store: ModelStore) -> Path:
     """An ONNX file given by path, or a model the store imports or builds."""
     path = Path(spec).expanduser()
     if path.suffix == ".onnx" or path.exists():
         if not path.is_file():
             raise UserError(f"model file {path} does not exist")
         return path
-    from app.model_store import open_model_store
     from engines.registry import get_entry
 
     get_entry(spec)  # a clear error for an unknown name
-    return open_model_store().ensure(spec)
+    return store.ensure(spec)
 
 
 def _names(text: str) -> list[str]:
@@ -172,23 +173,22 @@ def _photos(names: list[str] | None) -> dict[str, np.ndarray]:
     return {name: np.ascontiguousarray(load_sample(name)[:, :, ::-1]) for name in wanted}
 
 
-def _detect(photos: dict[str, np.ndarray], threads: int) -> dict[str, list[Any]]:
+def _detect(photos: dict[str, np.ndarray], threads: int, store: ModelStore) -> dict[str, list[Any]]:
     """Faces (app.pipeline.types.Face) found in each RGB photo."""
-    from app.model_store import open_model_store
     from app.pipeline.detect import DetectorConfig, RetinaFaceDetector
     from app.runtime.onnx import OnnxModel
 
-    model = OnnxModel(open_model_store().ensure("retinaface_mnet025"), threads=threads)
+    model = OnnxModel(store.ensure("retinaface_mnet025"), threads=threads)
     detector = RetinaFaceDetector(model, DetectorConfig(refine_landmarks=True))
     return {name: detector.process([np.ascontiguousarray(rgb[:, :, ::-1])])[0] for name, rgb in photos.items()}
 
 
-def face_sources(photos: dict[str, np.ndarray], threads: int) -> list[SourceImage]:
+def face_sources(photos: dict[str, np.ndarray], threads: int, store: ModelStore) -> list[SourceImage]:
     """The photos with their face boxes; a photo where no face is found (a tight crop such as the Tom Hanks
     sample) counts as one face filling the frame."""
     from engines.distill import SourceImage
 
-    found = _detect(photos, threads)
+    found = _detect(photos, threads, store)
     sources = []
     for name, rgb in photos.items():
         boxes = tuple(tuple(float(v) for v in face.box) for face in found[name])
@@ -199,13 +199,13 @@ def face_sources(photos: dict[str, np.ndarray], threads: int) -> list[SourceImag
     return sources
 
 
-def aligned_crops(photos: dict[str, np.ndarray], threads: int) -> list[AlignedCrop]:
+def aligned_crops(photos: dict[str, np.ndarray], threads: int, store: ModelStore) -> list[AlignedCrop]:
     """arcface_128 crops (RGB) of every face found in the photos."""
     from app.pipeline.align import AlignSpec, estimate_matrix, warp_crop
     from engines.swap_student import AlignedCrop
 
     spec = AlignSpec("arcface_128", 128)
-    found = _detect(photos, threads)
+    found = _detect(photos, threads, store)
     crops = []
     for name, rgb in photos.items():
         bgr = np.ascontiguousarray(rgb[:, :, ::-1])
@@ -283,10 +283,11 @@ def run_dataset(args: argparse.Namespace) -> int:
     _passive_openmp()
     from engines.distill import Augment, Degradation, make_sr_set, run_teacher, save_set, split_by_image
 
-    teacher = model_path(args.teacher)
+    store = open_model_store()
+    teacher = model_path(args.teacher, store)
     scale = _scale_of(teacher, args.threads)
     photos = _photos(_names(args.photos) if args.photos else None)
-    sources = face_sources(photos, args.threads)
+    sources = face_sources(photos, args.threads, store)
     train_photos, heldout_photos = split_by_image(sources, _names(args.heldout))
     progress = not args.no_progress
     common = {"lr_size": args.lr_size, "scale": scale}
@@ -328,7 +329,7 @@ def run_prune(args: argparse.Namespace) -> int:
     from engines.torchnets import load_onnx_net
 
     _set_threads(args.threads)
-    source = model_path(args.model)
+    source = model_path(args.model, open_model_store())
     meta = _read_json(args.data / "dataset.json")
     train, scan = _load_data(args.data, "train"), _load_data(args.data, "scan")
     ratios: tuple[float, ...] = args.ratios
@@ -410,7 +411,7 @@ def _student(args: argparse.Namespace, scale: int) -> nn.Module:
     torch.manual_seed(args.seed)
     net = SRVGG(SRVGGSpec.compact(feat, convs, shuffle=scale))
     if args.init:
-        init = SRVGG.from_onnx(model_path(args.init))
+        init = SRVGG.from_onnx(model_path(args.init, open_model_store()))
         if init.spec != net.spec:
             raise UserError(f"--init {args.init} is an SRVGG of another shape ({init.spec}) than {net.spec}")
         net = init
@@ -473,9 +474,10 @@ def run_distill_swap(args: argparse.Namespace) -> int:
     )
 
     _set_threads(args.threads)
-    teacher = model_path(args.teacher)
+    store = open_model_store()
+    teacher = model_path(args.teacher, store)
     heldout_names = set(_names(args.heldout))
-    crops = aligned_crops(_photos(None), args.threads)
+    crops = aligned_crops(_photos(None), args.threads, store)
     train = [c for c in crops if c.image_id not in heldout_names]
     test = [c for c in crops if c.image_id in heldout_names]
     if not train or not test:
@@ -519,7 +521,8 @@ def run_report(args: argparse.Namespace) -> int:
 
     meta = _read_json(args.data / "dataset.json")
     heldout = _load_data(args.data, "heldout")
-    teacher = model_path(args.teacher)
+    store = open_model_store()
+    teacher = model_path(args.teacher, store)
     if Path(meta["teacher"]).name != teacher.name:
         heldout.teacher = None  # cached outputs belong to another teacher: run this one
     variants = []
@@ -527,7 +530,7 @@ def run_report(args: argparse.Namespace) -> int:
         name, sep, file = item.partition("=")
         if not sep or not name or not file:
             raise UserError(f"--variant takes NAME=FILE, got {item!r}")
-        variants.append(Variant(name, model_path(file)))
+        variants.append(Variant(name, model_path(file, store)))
     report = build_report(
         heldout,
         Variant(teacher.stem, teacher),

@@ -72,3 +72,12 @@ def test_bench_batch_with_negative_seconds_exits_2_from_the_console_script() -> 
     assert result.stderr.strip().splitlines() == [
         "swapcast: error: argument --seconds: must be more than 0, got -1 (see `swapcast bench-batch --help`)"
     ]
+
+
+def test_a_setting_the_settings_refuse_is_one_line(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("SWAPCAST_PRECISION", "fp8")
+    assert main(["engines", "int8", "retinaface_mnet025", "--recognizer", "auto"]) == 2
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("swapcast: error: invalid setting precision:"), lines

@@ -2,16 +2,15 @@
 
 from typing import Annotated
 
-from fastapi import Depends, HTTPException, Request
+from fastapi import Depends, Request
 
-from app.identity.store import IdentityNotFound, IdentityStore, IdentityUnreadable
-from app.media.webrtc import SessionManager
+from app.identity.store import IdentityStore
 from app.observability import Metrics
 from app.pipeline.pipeline import FramePipeline
-from app.pipeline.swap import PreparedSource
-from app.server.ingest import StreamManager
+from app.server.sessions import SessionManager
 from app.server.settings import ServerSettings
 from app.server.state import NotReady, ServerState
+from app.server.streams import StreamManager
 
 
 def get_state(request: Request) -> ServerState:
@@ -22,25 +21,8 @@ def get_state(request: Request) -> ServerState:
 StateDep = Annotated[ServerState, Depends(get_state)]
 
 
-def not_ready(state: ServerState) -> HTTPException:
-    return HTTPException(
-        503,
-        f"not ready: {state.not_ready_reason}",
-        headers={"Retry-After": str(state.settings.retry_after_s)},
-    )
-
-
-async def load_identity(state: ServerState, identity_id: str) -> PreparedSource:
-    """The prepared identity for a session or a stream, or the HTTP error that explains why not."""
-    try:
-        return await state.load_source(identity_id)
-    except IdentityNotFound as exc:
-        raise HTTPException(404, str(exc)) from None
-    except IdentityUnreadable as exc:
-        raise HTTPException(409, str(exc)) from None
-    except NotReady as exc:
-        retry = {"Retry-After": str(state.settings.retry_after_s)}
-        raise HTTPException(503, f"not ready: {exc}", headers=retry) from None
+def not_ready(state: ServerState) -> NotReady:
+    return NotReady(state.not_ready_reason)
 
 
 def get_settings(state: StateDep) -> ServerSettings:

@@ -5,8 +5,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, HTTPException, Path, Query, Request, Response
 from pydantic import BaseModel, Field
 
-from app.media.webrtc import AdmissionError, OfferError, SessionNotFound
-from app.server.deps import SessionsDep, StateDep, load_identity
+from app.server.deps import SessionsDep, StateDep
 from app.server.limits import media_type, read_capped
 
 router = APIRouter(prefix="/v1/sessions", tags=["sessions"])
@@ -38,13 +37,8 @@ async def create_session(
         raise HTTPException(400, "the offer is not UTF-8 text") from None
     if "\x00" in offer:
         raise HTTPException(400, "the offer contains NUL characters")
-    source = await load_identity(state, identity)
-    try:
-        session, answer = await sessions.open(offer, identity, source)
-    except AdmissionError as exc:
-        raise HTTPException(503, str(exc), headers={"Retry-After": str(settings.retry_after_s)}) from None
-    except OfferError as exc:
-        raise HTTPException(400, str(exc)) from None
+    source = await state.load_source(identity)
+    session, answer = await sessions.open(offer, identity, source)
     headers = {"Location": f"/v1/sessions/{session.id}"}
     if session.rtsp_url:
         headers["X-RTSP-URL"] = session.rtsp_url
@@ -58,29 +52,20 @@ async def list_sessions(sessions: SessionsDep) -> dict[str, list[dict[str, Any]]
 
 @router.get("/{session_id}")
 async def get_session(session_id: SessionId, sessions: SessionsDep) -> dict[str, Any]:
-    try:
-        return sessions.get(session_id).stats()
-    except SessionNotFound as exc:
-        raise HTTPException(404, str(exc)) from None
+    return sessions.get(session_id).stats()
 
 
 @router.patch("/{session_id}")
 async def switch_identity(
     session_id: SessionId, change: SwitchIdentity, state: StateDep, sessions: SessionsDep
 ) -> dict[str, Any]:
-    try:
-        session = sessions.get(session_id)
-    except SessionNotFound as exc:
-        raise HTTPException(404, str(exc)) from None
-    source = await load_identity(state, change.identity)
+    session = sessions.get(session_id)
+    source = await state.load_source(change.identity)
     session.switch(change.identity, source)
     return session.stats()
 
 
 @router.delete("/{session_id}", status_code=204)
 async def delete_session(session_id: SessionId, sessions: SessionsDep) -> Response:
-    try:
-        await sessions.close(session_id, "deleted")
-    except SessionNotFound as exc:
-        raise HTTPException(404, str(exc)) from None
+    await sessions.close(session_id, "deleted")
     return Response(status_code=204)

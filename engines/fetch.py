@@ -27,7 +27,6 @@ from engines import registry
 from engines.errors import ModelError
 from engines.registry import ModelEntry
 from engines.store import (
-    ModelStore,
     check_file,
     how_to_get,
     make_record,
@@ -164,7 +163,7 @@ def _is_offline(exc: BaseException) -> bool:
 
 def fetch_entry(
     entry: ModelEntry,
-    root: Path | None = None,
+    root: Path,
     *,
     urls: Sequence[str] | None = None,
     retries: int = 4,
@@ -173,11 +172,10 @@ def fetch_entry(
     progress: bool = True,
     notify: Notify = _stderr,
 ) -> Path:
-    """Download ``entry`` into ``root`` (the model directory by default) and return its verified path.
+    """Download ``entry`` into the model directory ``root`` and return its verified path.
 
     Each mirror gets ``1 + retries`` attempts, waiting ``backoff * 2**k`` seconds between them.
     """
-    root = root if root is not None else ModelStore().root
     dest = root / entry.file
     if _intact(dest, entry):
         return dest
@@ -237,7 +235,7 @@ def fetch_entry(
 
 def fetch(
     name: str,
-    root: Path | None = None,
+    root: Path,
     *,
     retries: int = 4,
     backoff: float = 1.0,
@@ -252,14 +250,13 @@ def fetch(
     return fetch_entry(entry, root, retries=retries, backoff=backoff, timeout=timeout, progress=progress, notify=notify)
 
 
-def import_file(model: str | ModelEntry, src: Path, root: Path | None = None) -> Path:
+def import_file(model: str | ModelEntry, src: Path, root: Path) -> Path:
     """Copy a user-supplied file into the model directory after checking its size and sha256.
 
     Only models with a known hash are accepted (every download entry, and imports whose hash is
     pinned), so a wrong or damaged file never lands under a model's name.
     """
     entry = _resolve(model)
-    root = root if root is not None else ModelStore().root
     if entry.sha256 is None:
         instead = f"run `swapcast models fetch {entry.name}`" if entry.source == "download" else how_to_get(entry)
         raise ModelError(f"model {entry.name} has no published sha256 to check {src} against: {instead}")

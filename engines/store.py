@@ -30,7 +30,6 @@ except ImportError:  # not on Windows: threads are still serialised
 
 from engines import registry
 from engines.errors import ModelError
-from engines.paths import model_dir
 from engines.registry import ModelEntry
 
 Status = Literal["missing", "present", "verified", "corrupt"]
@@ -201,10 +200,10 @@ PRODUCERS: dict[str, Callable[[Path], Path]] = {
 
 
 class ModelStore:
-    """Model files under one directory (``SWAPCAST_MODEL_DIR`` or the user cache by default)."""
+    """Model files under one directory, which the caller chooses (the app reads it from its settings)."""
 
-    def __init__(self, root: Path | None = None) -> None:
-        self.root = root if root is not None else model_dir()
+    def __init__(self, root: Path) -> None:
+        self.root = Path(root)
 
     def file_path(self, name: str) -> Path:
         """Where the model's file lives, whether or not it is there."""

@@ -123,8 +123,8 @@ def _inputs(store: ModelStore, name: str, runnable: Path, threads: int | None) -
 
 
 def bench_model(store: ModelStore, name: str, config: EnginesBenchConfig) -> list[dict[str, Any]]:
-    from app.commands.engines import make_fp16, make_int8, source_for
     from app.runtime.torch_backend import TorchModel
+    from app.variants import make_fp16, make_int8, source_for
 
     source = source_for(store, name)
     for precision, make in (("fp16", make_fp16), ("int8", make_int8)):

@@ -7,6 +7,7 @@ from pathlib import Path
 from prometheus_client import CollectorRegistry
 
 from app.errors import ModelError
+from app.model_store import resolve_swap_engine
 from app.pipeline.batching import BatchedStage, BatchSettings
 from app.pipeline.detect import DetectorConfig, RetinaFaceDetector
 from app.pipeline.enhance import EnhanceConfig, RealEsrganEnhancer
@@ -66,10 +67,11 @@ def load_batchable(store: ModelStore, name: str, settings: PipelineSettings) -> 
     return _load(dynamic, settings, source=original, source_sha256=sha256)
 
 
-def build_engine(settings: PipelineSettings, store: ModelStore) -> SwapEngine:
-    if settings.engine == "classic":
+def build_swap_engine(settings: PipelineSettings, store: ModelStore) -> SwapEngine:
+    swap_engine = resolve_swap_engine(settings, store)
+    if swap_engine == "classic":
         return ClassicEngine()
-    if settings.engine == "passthrough":
+    if swap_engine == "passthrough":
         return PassthroughEngine()
     recognizer = ArcFaceRecognizer(load_model(store, settings.recognizer_model, settings))
     swapper = load_batchable(store, settings.swapper_model, settings)
@@ -81,21 +83,20 @@ def build_engine(settings: PipelineSettings, store: ModelStore) -> SwapEngine:
 
 def build_pipeline(
     settings: PipelineSettings,
-    store: ModelStore | None = None,
+    store: ModelStore,
     *,
     batching: BatchingSettings | None = None,
     registry: CollectorRegistry | None = None,
 ) -> FramePipeline:
     """The pipeline for `settings`. With `batching`, every model stage goes through one shared dynamic
     batcher per stage (live serving); without, models are called directly (files, benchmarks)."""
-    store = store or ModelStore()
     detect_config = DetectorConfig(
         size=settings.detect_size,
         score_threshold=settings.detect_threshold,
         refine_landmarks=settings.refine_landmarks,
     )
     detector = RetinaFaceDetector(load_model(store, settings.detector_model, settings), detect_config)
-    engine = build_engine(settings, store)
+    engine = build_swap_engine(settings, store)
     crops: list[Stage[Image, Image]] = []
     if settings.enhancer_model:
         scale = get_entry(settings.enhancer_model).scale or 1

@@ -24,16 +24,13 @@ from pathlib import Path
 from typing import Literal
 
 from app.errors import ModelError
+from app.names import BackendName, Precision, RunBackend
 from app.runtime.model import Model
 from app.runtime.onnx import OnnxModel
 from engines.precision.variants import check_variant, variant_path
 from engines.tensorrt.manifest import EngineMismatch, Platform, engine_path, probe_platform, verify_engine
 
 log = logging.getLogger(__name__)
-
-BackendName = Literal["auto", "onnxruntime", "tensorrt", "torch"]
-RunBackend = Literal["onnxruntime", "tensorrt", "torch"]
-Precision = Literal["fp32", "fp16", "int8"]
 
 
 @dataclass(frozen=True)

@@ -32,6 +32,7 @@ import onnx
 
 from engines.errors import ModelError
 from engines.precision.int8 import CalibrationSet
+from engines.precision.variants import Precision
 from engines.tensorrt.manifest import (
     EngineManifest,
     ProfileShape,
@@ -42,7 +43,7 @@ from engines.tensorrt.manifest import (
 
 log = logging.getLogger(__name__)
 
-EnginePrecision = Literal["fp32", "fp16", "int8"]
+EnginePrecision = Precision  # a TensorRT plan is built at one of the variant precisions
 DimRange = tuple[int, int, int]  # min, opt, max
 
 

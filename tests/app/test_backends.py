@@ -12,8 +12,6 @@ import pytest
 
 import app.cli
 from app.calibration import calibration_set, letterbox
-from app.commands import COMMANDS, engines
-from app.commands.engines import make_fp16, source_for
 from app.pipeline.factory import build_pipeline
 from app.pipeline.swap import InswapperEngine, last_initializer
 from app.pipeline.types import Image
@@ -21,6 +19,7 @@ from app.runtime.backend import choose, load_backend
 from app.runtime.onnx import OnnxModel
 from app.runtime.torch_backend import TorchModel
 from app.settings import PipelineSettings
+from app.variants import make_fp16, source_for
 from engines.errors import ModelError
 from engines.precision.variants import read_record, record_path, variant_path
 from engines.store import ModelStore, sha256_file
@@ -215,8 +214,6 @@ def test_factory_loads_variants_and_keeps_the_emap(own_store: ModelStore, detect
 @pytest.fixture
 def cli(own_store: ModelStore, monkeypatch: pytest.MonkeyPatch) -> Callable[[list[str]], int]:
     monkeypatch.setenv("SWAPCAST_MODEL_DIR", str(own_store.root))
-    if engines.register not in COMMANDS:
-        monkeypatch.setattr(app.cli, "COMMANDS", [*COMMANDS, engines.register])
     return app.cli.main
 
 
@@ -252,8 +249,12 @@ def test_engines_commands_fail_in_one_line(cli: Callable[[list[str]], int], caps
     assert cli(["engines", "fp16", "no_such_model"]) == 2
     err = capsys.readouterr().err.splitlines()
     assert len(err) == 1 and "unknown model 'no_such_model'" in err[0]
-    assert cli(["engines", "int8", "retinaface_mnet025", "--samples", "0"]) == 2
-    assert capsys.readouterr().err.strip() == "swapcast: error: --samples must be at least 1"
+    with pytest.raises(SystemExit) as exited:  # refused while the command line is parsed
+        cli(["engines", "int8", "retinaface_mnet025", "--samples", "0"])
+    assert exited.value.code == 2
+    assert capsys.readouterr().err.strip() == (
+        "swapcast: error: argument --samples: must be at least 1, got 0 (see `swapcast engines int8 --help`)"
+    )
 
 
 # -- on a GPU ------------------------------------------------------------------------------------------------

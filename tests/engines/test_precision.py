@@ -22,11 +22,11 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from app.calibration import calibration_frames, calibration_set, face_crops
-from app.commands.engines import source_for
 from app.pipeline.detect import DetectorConfig, RetinaFaceDetector
 from app.pipeline.types import Face, Image
 from app.runtime.onnx import OnnxModel
 from app.runtime.torch_backend import TorchModel
+from app.variants import source_for
 from engines.errors import ModelError
 from engines.precision.fp16 import convert_fp16, overflow_nodes
 from engines.precision.int8 import CalibrationSet, quantize_int8

@@ -11,7 +11,6 @@ import numpy as np
 import pytest
 
 import app.cli
-from app.commands import COMMANDS, engines
 from app.runtime.tensorrt import TensorRTModel
 from engines.errors import ModelError
 from engines.precision.int8 import CalibrationSet
@@ -237,8 +236,6 @@ def test_calibration_cache_reads_and_writes(tmp_path: Path) -> None:
 @pytest.fixture
 def cli(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Callable[[list[str]], int]:
     monkeypatch.setenv("SWAPCAST_MODEL_DIR", str(tmp_path / "models"))
-    if engines.register not in COMMANDS:
-        monkeypatch.setattr(app.cli, "COMMANDS", [*COMMANDS, engines.register])
     return app.cli.main
 
 

@@ -1,9 +1,5 @@
-"""`swapcast engines`: reduced-precision variants and TensorRT engines of a model; `swapcast bench-engines`.
-
-swapcast engines fp16 NAME [--block-op OP]...
-swapcast engines int8 NAME [--method minmax|entropy|percentile] [--per-channel|--no-per-channel] [--samples N]
-swapcast engines build-trt NAME --precision fp16|int8|fp32 [--max-batch 32]
-swapcast bench-engines [--full] [--runs N] [--output FILE]
+"""Reduced-precision variants and TensorRT plans of a model: the use-case behind `swapcast engines fp16|int8|
+build-trt` and `swapcast bench-engines`.
 
 Variants are written beside the model (`<stem>.fp16.onnx`, `<stem>.int8.onnx`, `<stem>.<gpu>.<precision>.engine`),
 each with a JSON record of its source and quality; the pipeline loads them when SWAPCAST_PRECISION asks.
@@ -12,17 +8,16 @@ Models whose graph fixes the batch at 1 are made from their batch-dynamic rewrit
 
 from __future__ import annotations
 
-import argparse
-import json
 import logging
-import sys
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from app.commands.engines_group import engines_actions
 from app.errors import ModelError, UserError
+from app.names import Precision
+from app.pipeline.factory import dynamic_path
+from app.settings import PipelineSettings
 from engines import registry
 from engines.store import ModelStore, sha256_file
 
@@ -31,57 +26,23 @@ if TYPE_CHECKING:
 
     from engines.precision.int8 import CalibrationSet, Method
     from engines.precision.quality import QualityReport
+    from engines.tensorrt.manifest import EngineManifest
 
 log = logging.getLogger(__name__)
 
 VERIFY_ITEMS = 4
 
-
-def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    actions = engines_actions(sub)
-
-    fp16 = actions.add_parser("fp16", help="write <model>.fp16.onnx (inputs and outputs stay FP32)")
-    fp16.add_argument("name", metavar="NAME")
-    fp16.add_argument("--block-op", action="append", default=[], metavar="OP", help="also keep this op type FP32")
-    fp16.set_defaults(func=run_fp16)
-
-    int8 = actions.add_parser("int8", help="write <model>.int8.onnx (QDQ, calibrated on real face images)")
-    int8.add_argument("name", metavar="NAME")
-    int8.add_argument("--method", choices=("minmax", "entropy", "percentile"), default="minmax")
-    int8.add_argument(
-        "--per-channel",
-        action=argparse.BooleanOptionalAction,
-        default=True,
-        help="per-output-channel weight scales (default on; the detector needs them)",
-    )
-    int8.add_argument("--samples", type=int, default=None, help="calibration samples (default per role: 32-64)")
-    int8.add_argument(
-        "--recognizer",
-        default="auto",
-        metavar="NAME",
-        help="swappers: recognizer for the identity latents (auto: SWAPCAST_RECOGNIZER_MODEL if present; none: "
-        "random unit latents)",
-    )
-    int8.set_defaults(func=run_int8)
-
-    trt = actions.add_parser("build-trt", help="build a TensorRT engine for this GPU (needs swapcast[gpu])")
-    trt.add_argument("name", metavar="NAME")
-    trt.add_argument("--precision", choices=("fp16", "int8", "fp32"), required=True)
-    trt.add_argument("--max-batch", type=int, default=32, help="largest batch the engine accepts (default 32)")
-    trt.add_argument("--opt-batch", type=int, default=None, help="batch the kernels are tuned for (default 8)")
-    trt.add_argument("--samples", type=int, default=None, help="INT8 calibration samples")
-    trt.add_argument("--recognizer", default="auto", metavar="NAME")
-    trt.add_argument("--workspace-gib", type=float, default=4.0)
-    trt.set_defaults(func=run_build_trt)
-
-    bench = sub.add_parser(
-        "bench-engines", help="FP32/FP16/INT8/torch variants: latency, size and quality vs FP32 (table and JSON)"
-    )
-    bench.add_argument("--full", action="store_true", help="also the full-size reference swapper (slow on a CPU)")
-    bench.add_argument("--runs", type=int, default=30, help="timed runs per variant (default 30)")
-    bench.add_argument("--threads", type=int, default=None, help="threads per model (default: all cores)")
-    bench.add_argument("--output", type=Path, default=None, help="write the JSON here instead of after the table")
-    bench.set_defaults(func=run_bench)
+__all__ = [
+    "Source",
+    "TrtPlanRequest",
+    "build_trt_plan",
+    "calibration_recognizer",
+    "dynamic_path",
+    "fixed_batch",
+    "make_fp16",
+    "make_int8",
+    "source_for",
+]
 
 
 @dataclass(frozen=True)
@@ -106,7 +67,6 @@ def fixed_batch(path: Path) -> bool:
 
 
 def source_for(store: ModelStore, name: str) -> Source:
-    from app.pipeline.factory import dynamic_path
     from engines.onnx_batch import make_batch_dynamic
 
     entry = registry.get_entry(name)
@@ -126,15 +86,15 @@ def source_for(store: ModelStore, name: str) -> Source:
     return Source(name, original, runnable, sha256)
 
 
-def _recognizer(choice: str, store: ModelStore) -> str | None:
+def calibration_recognizer(choice: str, store: ModelStore, settings: PipelineSettings | None = None) -> str | None:
+    """The recognizer that makes identity latents for a swapper's calibration: `none` (random unit latents),
+    a model name, or `auto`: the configured recognizer when it is verified in the store."""
     if choice == "none":
         return None
     if choice != "auto":
         registry.get_entry(choice)
         return choice
-    from app.settings import PipelineSettings
-
-    wanted = PipelineSettings().recognizer_model
+    wanted = (settings or PipelineSettings()).recognizer_model
     return wanted if store.status(wanted) == "verified" else None
 
 
@@ -226,33 +186,17 @@ def make_int8(
     return dst, quality
 
 
-def _size(path: Path) -> str:
-    return f"{path.stat().st_size / 1e6:.1f} MB"
+@dataclass(frozen=True)
+class TrtPlanRequest:
+    """What `swapcast engines build-trt` asks for."""
 
-
-def run_fp16(args: argparse.Namespace) -> int:
-    store = ModelStore()
-    registry.get_entry(args.name)
-    path, quality = make_fp16(store, args.name, tuple(args.block_op), _recognizer("auto", store))
-    print(f"{args.name}: {path} ({_size(path)}); vs FP32: {quality.describe()}")
-    return 0
-
-
-def run_int8(args: argparse.Namespace) -> int:
-    if args.samples is not None and args.samples < 1:
-        raise UserError("--samples must be at least 1")
-    store = ModelStore()
-    registry.get_entry(args.name)
-    path, quality = make_int8(
-        store,
-        args.name,
-        method=args.method,
-        per_channel=args.per_channel,
-        samples=args.samples,
-        recognizer=_recognizer(args.recognizer, store),
-    )
-    print(f"{args.name}: {path} ({_size(path)}); vs FP32 on calibration inputs: {quality.describe()}")
-    return 0
+    name: str
+    precision: Precision
+    max_batch: int = 32
+    opt_batch: int | None = None
+    samples: int | None = None
+    recognizer: str = "auto"
+    workspace_gib: float = 4.0
 
 
 def _profile_dims(name: str, detect_size: int) -> dict[str, tuple[int, int, int]]:
@@ -264,56 +208,39 @@ def _profile_dims(name: str, detect_size: int) -> dict[str, tuple[int, int, int]
     return {}
 
 
-def run_build_trt(args: argparse.Namespace) -> int:
+def build_trt_plan(
+    store: ModelStore, request: TrtPlanRequest, settings: PipelineSettings
+) -> tuple[Path, EngineManifest]:
+    """Build a TensorRT plan (`<stem>.<gpu>.<precision>.engine` + manifest) of a model for this GPU."""
     from engines.tensorrt.manifest import engine_path, import_tensorrt, probe_platform
 
     import_tensorrt()  # before any work: one clear line on machines without TensorRT
-    registry.get_entry(args.name)
-    if args.max_batch < 1 or (args.opt_batch is not None and not 1 <= args.opt_batch <= args.max_batch):
-        raise UserError("need --max-batch >= 1 and 1 <= --opt-batch <= --max-batch")
+    registry.get_entry(request.name)
     from app.calibration import calibration_set
-    from app.settings import PipelineSettings
-    from engines.tensorrt.build import BuildOptions, build_engine
+    from engines.tensorrt.build import BuildOptions
+    from engines.tensorrt.build import build_engine as build_plan
 
-    store = ModelStore()
     platform = probe_platform()
-    source = source_for(store, args.name)
-    engine = engine_path(source.original, platform.gpu_name, args.precision)
+    source = source_for(store, request.name)
+    plan = engine_path(source.original, platform.gpu_name, request.precision)
     calibration = None
-    if args.precision == "int8":
-        recognizer = _recognizer(args.recognizer, store)
-        calibration = calibration_set(store, args.name, source.runnable, args.samples, recognizer_model=recognizer)
+    if request.precision == "int8":
+        recognizer = calibration_recognizer(request.recognizer, store, settings)
+        calibration = calibration_set(
+            store, request.name, source.runnable, request.samples, recognizer_model=recognizer
+        )
     options = BuildOptions(
-        precision=args.precision,
-        max_batch=args.max_batch,
-        opt_batch=args.opt_batch,
-        dims=_profile_dims(args.name, PipelineSettings().detect_size),
-        workspace_gib=args.workspace_gib,
+        precision=request.precision,
+        max_batch=request.max_batch,
+        opt_batch=request.opt_batch,
+        dims=_profile_dims(request.name, settings.detect_size),
+        workspace_gib=request.workspace_gib,
         timing_cache=source.original.parent / f"timing.{platform.slug}.trt{platform.tensorrt_version}.cache",
         calibration=calibration,
-        calibration_cache=engine.with_suffix(".calibration.cache"),
+        calibration_cache=plan.with_suffix(".calibration.cache"),
     )
     try:
-        manifest = build_engine(source.runnable, engine, model=args.name, source_sha256=source.sha256, options=options)
+        manifest = build_plan(source.runnable, plan, model=request.name, source_sha256=source.sha256, options=options)
     except ValueError as exc:
         raise UserError(str(exc)) from None
-    facts = f"{_size(engine)}, {manifest.precision}, {manifest.build_mode}, batch 1..{manifest.max_batch}"
-    print(f"{args.name}: {engine} ({facts})")
-    return 0
-
-
-def run_bench(args: argparse.Namespace) -> int:
-    from app.bench.engines_bench import EnginesBenchConfig, format_table, run_engines_bench
-
-    if args.runs < 1:
-        raise UserError("--runs must be at least 1")
-    config = EnginesBenchConfig(full=args.full, runs=args.runs, threads=args.threads)
-    result = run_engines_bench(ModelStore(), config)
-    print(format_table(result))
-    text = json.dumps(result, indent=2)
-    if args.output:
-        args.output.write_text(text + "\n")
-        print(f"JSON written to {args.output}")
-    else:
-        sys.stdout.write(text + "\n")
-    return 0
+    return plan, manifest

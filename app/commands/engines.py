@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 import sys
 from dataclasses import dataclass
 from importlib import metadata
@@ -24,6 +23,7 @@ from typing import TYPE_CHECKING
 from app.commands.engines_group import engines_actions
 from app.errors import ModelError, UserError
 from engines import registry
+from engines.model_files import ModelFiles
 from engines.store import ModelStore, sha256_file
 
 if TYPE_CHECKING:
@@ -31,8 +31,6 @@ if TYPE_CHECKING:
 
     from engines.precision.int8 import CalibrationSet, Method
     from engines.precision.quality import QualityReport
-
-log = logging.getLogger(__name__)
 
 VERIFY_ITEMS = 4
 
@@ -94,36 +92,22 @@ class Source:
     runnable: Path
     sha256: str
 
-
-def fixed_batch(path: Path) -> bool:
-    import onnx
-
-    model = onnx.load(str(path), load_external_data=False)
-    initializers = {init.name for init in model.graph.initializer}
-    first = next(value for value in model.graph.input if value.name not in initializers)
-    dims = first.type.tensor_type.shape.dim
-    return bool(dims) and dims[0].HasField("dim_value") and dims[0].dim_value == 1
+    @property
+    def files(self) -> ModelFiles:
+        return ModelFiles(self.original, self.sha256)
 
 
 def source_for(store: ModelStore, name: str) -> Source:
-    from app.pipeline.factory import dynamic_path
-    from engines.onnx_batch import make_batch_dynamic
+    from engines.onnx_batch import rewrite_if_fixed_batch
 
     entry = registry.get_entry(name)
     if not entry.file.endswith(".onnx"):
         raise UserError(f"model {name} is not an ONNX model ({entry.file})")
     original = store.ensure(name)
-    sha256, _ = store.expected(name)
-    if sha256 is None:
+    files = store.files(name)
+    if files.sha256 is None:
         raise ModelError(f"model {name} has no recorded sha256 to tie its variants to")
-    runnable = original
-    if fixed_batch(original):
-        dynamic = dynamic_path(store, name)
-        try:
-            runnable = dynamic if dynamic.is_file() else make_batch_dynamic(original, dynamic)
-        except ModelError as exc:
-            log.warning("%s keeps its fixed batch of 1 (%s)", name, exc)
-    return Source(name, original, runnable, sha256)
+    return Source(name, original, rewrite_if_fixed_batch(files), files.sha256)
 
 
 def _recognizer(choice: str, store: ModelStore) -> str | None:
@@ -159,12 +143,12 @@ def make_fp16(
     from app.calibration import calibration_set
     from engines.precision.fp16 import convert_fp16
     from engines.precision.quality import measure
-    from engines.precision.variants import VariantRecord, variant_path, write_record
+    from engines.precision.variants import VariantRecord, write_record
 
     source = source_for(store, name)
     calibration = calibration_set(store, name, source.runnable, VERIFY_ITEMS, recognizer_model=recognizer)
     feeds = _verify_feeds(calibration)
-    dst = variant_path(source.original, "fp16")
+    dst = source.files.variant("fp16")
     ranges = {k: v[:2] for k, v in feeds.items()}  # every activation is held: two samples bound the memory
     result = convert_fp16(source.runnable, dst, extra_block_ops=block_ops, range_feeds=ranges)
     quality = measure(source.runnable, dst, feeds)
@@ -202,11 +186,11 @@ def make_int8(
     from app.calibration import calibration_set
     from engines.precision.int8 import quantize_int8
     from engines.precision.quality import measure
-    from engines.precision.variants import VariantRecord, variant_path, write_record
+    from engines.precision.variants import VariantRecord, write_record
 
     source = source_for(store, name)
     calibration = calibration_set(store, name, source.runnable, samples, recognizer_model=recognizer)
-    dst = variant_path(source.original, "int8")
+    dst = source.files.variant("int8")
     result = quantize_int8(source.runnable, dst, calibration, method=method, per_channel=per_channel)
     quality = measure(source.runnable, dst, _verify_feeds(calibration))
     write_record(
@@ -265,7 +249,7 @@ def _profile_dims(name: str, detect_size: int) -> dict[str, tuple[int, int, int]
 
 
 def run_build_trt(args: argparse.Namespace) -> int:
-    from engines.tensorrt.manifest import engine_path, import_tensorrt, probe_platform
+    from engines.tensorrt.manifest import import_tensorrt, probe_platform
 
     import_tensorrt()  # before any work: one clear line on machines without TensorRT
     registry.get_entry(args.name)
@@ -278,7 +262,7 @@ def run_build_trt(args: argparse.Namespace) -> int:
     store = ModelStore()
     platform = probe_platform()
     source = source_for(store, args.name)
-    engine = engine_path(source.original, platform.gpu_name, args.precision)
+    engine = source.files.engine(platform.gpu_name, args.precision)
     calibration = None
     if args.precision == "int8":
         recognizer = _recognizer(args.recognizer, store)
@@ -289,9 +273,9 @@ def run_build_trt(args: argparse.Namespace) -> int:
         opt_batch=args.opt_batch,
         dims=_profile_dims(args.name, PipelineSettings().detect_size),
         workspace_gib=args.workspace_gib,
-        timing_cache=source.original.parent / f"timing.{platform.slug}.trt{platform.tensorrt_version}.cache",
+        timing_cache=source.files.timing_cache(platform.gpu_name, platform.tensorrt_version),
         calibration=calibration,
-        calibration_cache=engine.with_suffix(".calibration.cache"),
+        calibration_cache=source.files.calibration_cache(platform.gpu_name, args.precision),
     )
     try:
         manifest = build_engine(source.runnable, engine, model=args.name, source_sha256=source.sha256, options=options)

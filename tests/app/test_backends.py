@@ -22,9 +22,10 @@ from app.runtime.onnx import OnnxModel
 from app.runtime.torch_backend import TorchModel
 from app.settings import PipelineSettings
 from engines.errors import ModelError
-from engines.precision.variants import read_record, record_path, variant_path
+from engines.model_files import ModelFiles, record_path
+from engines.precision.variants import read_record
 from engines.store import ModelStore, sha256_file
-from engines.tensorrt.manifest import EngineManifest, Platform, ProfileShape, engine_path, write_manifest
+from engines.tensorrt.manifest import EngineManifest, Platform, ProfileShape, write_manifest
 
 PARITY = 1e-4
 
@@ -129,7 +130,7 @@ def test_auto_prefers_an_engine_built_for_this_gpu(tmp_path: Path) -> None:
     source = tmp_path / "m.onnx"
     source.write_bytes(b"onnx")
     here = Platform("NVIDIA H200", "9.0", "10.13.3.9")
-    engine = engine_path(source, here.gpu_name, "fp16")
+    engine = ModelFiles(source).engine(here.gpu_name, "fp16")
     engine.write_bytes(b"engine")
     manifest = EngineManifest(
         model="m",
@@ -207,7 +208,7 @@ def test_engines_int8_and_models_list_variants(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     assert cli(["engines", "int8", "retinaface_mnet025", "--samples", "4"]) == 0
-    int8 = variant_path(own_store.ensure("retinaface_mnet025"), "int8")
+    int8 = ModelFiles(own_store.ensure("retinaface_mnet025")).variant("int8")
     assert str(int8) in capsys.readouterr().out
     options = json.loads(record_path(int8).read_text())["options"]
     assert options["method"] == "minmax" and options["per_channel"] and options["calibration_samples"] == 4

@@ -179,10 +179,12 @@ def load_backend(
 @functools.cache
 def _say_fp16_is_slow_on_cpu(variant: Path) -> None:
     """Once per process and model. ONNX Runtime's CPU provider has FP16 kernels for few ops and wraps the
-    others in casts to FP32 and back, so FP16 variants ran at 0.74-0.77x FP32's speed on a CPU (measured)."""
+    others in casts to FP32 and back. Measured on two CPU cores, FP16 variants ran at 0.74-0.77x FP32's
+    speed (bench-engines) and 0.84-0.85x (RetinaFace at 640, animevideov3 x2 on 4 crops: median of 15
+    interleaved runs, 2 threads)."""
     log.warning(
         "%s: SWAPCAST_PRECISION=fp16 runs slower than fp32 on a CPU (ONNX Runtime computes most FP16 ops in "
-        "FP32 with casts around them; measured 0.74-0.77x fp32's speed): fp16 pays off on a GPU, "
+        "FP32 with casts around them; measured 0.74-0.85x fp32's speed): fp16 pays off on a GPU, "
         "compare the variants here with `swapcast bench-engines`",
         variant.name,
     )

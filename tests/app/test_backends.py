@@ -17,7 +17,7 @@ from app.commands.engines import make_fp16, source_for
 from app.pipeline.factory import build_pipeline
 from app.pipeline.swap import InswapperEngine, last_initializer
 from app.pipeline.types import Image
-from app.runtime.backend import choose, load_backend
+from app.runtime.backend import _say_fp16_is_slow_on_cpu, choose, load_backend
 from app.runtime.onnx import OnnxModel
 from app.runtime.torch_backend import TorchModel
 from app.settings import PipelineSettings
@@ -106,6 +106,21 @@ def test_fp16_variant_is_loaded_when_the_precision_asks(own_store: ModelStore, d
         model = load_backend(source, backend, 2, "fp16", source_sha256=sha)  # type: ignore[arg-type]
         assert isinstance(model, OnnxModel) and model.path == detector_fp16
     assert load_backend(source, "auto", 2, "fp32", source_sha256=sha).path == source
+
+
+def test_fp16_on_a_cpu_is_said_to_be_slower_once_per_model(
+    own_store: ModelStore, detector_fp16: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    source = own_store.ensure("retinaface_mnet025")
+    sha, _ = own_store.expected("retinaface_mnet025")
+    _say_fp16_is_slow_on_cpu.cache_clear()  # an earlier test may have loaded the variant already
+    with caplog.at_level(logging.WARNING, logger="app.runtime.backend"):
+        loaded = [load_backend(source, "onnxruntime", 2, "fp16", source_sha256=sha) for _ in range(2)]
+        load_backend(source, "onnxruntime", 2, "fp32", source_sha256=sha)
+    if any(isinstance(m, OnnxModel) and m.providers[0] != "CPUExecutionProvider" for m in loaded):
+        pytest.skip("ONNX Runtime runs on a GPU here")
+    said = [r.getMessage() for r in caplog.records if "runs slower than fp32 on a CPU" in r.getMessage()]
+    assert len(said) == 1 and said[0].startswith(f"{detector_fp16.name}: SWAPCAST_PRECISION=fp16")
 
 
 def test_missing_or_stale_variants(

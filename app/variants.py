@@ -8,7 +8,6 @@ Models whose graph fixes the batch at 1 are made from their batch-dynamic rewrit
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
@@ -16,9 +15,9 @@ from typing import TYPE_CHECKING
 
 from app.errors import ModelError, UserError
 from app.names import Precision
-from app.pipeline.factory import dynamic_path
 from app.settings import PipelineSettings
 from engines import registry
+from engines.model_files import ModelFiles
 from engines.store import ModelStore, sha256_file
 
 if TYPE_CHECKING:
@@ -28,8 +27,6 @@ if TYPE_CHECKING:
     from engines.precision.quality import QualityReport
     from engines.tensorrt.manifest import EngineManifest
 
-log = logging.getLogger(__name__)
-
 VERIFY_ITEMS = 4
 
 __all__ = [
@@ -37,8 +34,6 @@ __all__ = [
     "TrtPlanRequest",
     "build_trt_plan",
     "calibration_recognizer",
-    "dynamic_path",
-    "fixed_batch",
     "make_fp16",
     "make_int8",
     "source_for",
@@ -55,35 +50,22 @@ class Source:
     runnable: Path
     sha256: str
 
-
-def fixed_batch(path: Path) -> bool:
-    import onnx
-
-    model = onnx.load(str(path), load_external_data=False)
-    initializers = {init.name for init in model.graph.initializer}
-    first = next(value for value in model.graph.input if value.name not in initializers)
-    dims = first.type.tensor_type.shape.dim
-    return bool(dims) and dims[0].HasField("dim_value") and dims[0].dim_value == 1
+    @property
+    def files(self) -> ModelFiles:
+        return ModelFiles(self.original, self.sha256)
 
 
 def source_for(store: ModelStore, name: str) -> Source:
-    from engines.onnx_batch import make_batch_dynamic
+    from engines.onnx_batch import rewrite_if_fixed_batch
 
     entry = registry.get_entry(name)
     if not entry.file.endswith(".onnx"):
         raise UserError(f"model {name} is not an ONNX model ({entry.file})")
     original = store.ensure(name)
-    sha256, _ = store.expected(name)
-    if sha256 is None:
+    files = store.files(name)
+    if files.sha256 is None:
         raise ModelError(f"model {name} has no recorded sha256 to tie its variants to")
-    runnable = original
-    if fixed_batch(original):
-        dynamic = dynamic_path(store, name)
-        try:
-            runnable = dynamic if dynamic.is_file() else make_batch_dynamic(original, dynamic)
-        except ModelError as exc:
-            log.warning("%s keeps its fixed batch of 1 (%s)", name, exc)
-    return Source(name, original, runnable, sha256)
+    return Source(name, original, rewrite_if_fixed_batch(files), files.sha256)
 
 
 def calibration_recognizer(choice: str, store: ModelStore, settings: PipelineSettings | None = None) -> str | None:
@@ -119,12 +101,12 @@ def make_fp16(
     from app.calibration import calibration_set
     from engines.precision.fp16 import convert_fp16
     from engines.precision.quality import measure
-    from engines.precision.variants import VariantRecord, variant_path, write_record
+    from engines.precision.variants import VariantRecord, write_record
 
     source = source_for(store, name)
     calibration = calibration_set(store, name, source.runnable, VERIFY_ITEMS, recognizer_model=recognizer)
     feeds = _verify_feeds(calibration)
-    dst = variant_path(source.original, "fp16")
+    dst = source.files.variant("fp16")
     ranges = {k: v[:2] for k, v in feeds.items()}  # every activation is held: two samples bound the memory
     result = convert_fp16(source.runnable, dst, extra_block_ops=block_ops, range_feeds=ranges)
     quality = measure(source.runnable, dst, feeds)
@@ -162,11 +144,11 @@ def make_int8(
     from app.calibration import calibration_set
     from engines.precision.int8 import quantize_int8
     from engines.precision.quality import measure
-    from engines.precision.variants import VariantRecord, variant_path, write_record
+    from engines.precision.variants import VariantRecord, write_record
 
     source = source_for(store, name)
     calibration = calibration_set(store, name, source.runnable, samples, recognizer_model=recognizer)
-    dst = variant_path(source.original, "int8")
+    dst = source.files.variant("int8")
     result = quantize_int8(source.runnable, dst, calibration, method=method, per_channel=per_channel)
     quality = measure(source.runnable, dst, _verify_feeds(calibration))
     write_record(
@@ -212,7 +194,7 @@ def build_trt_plan(
     store: ModelStore, request: TrtPlanRequest, settings: PipelineSettings
 ) -> tuple[Path, EngineManifest]:
     """Build a TensorRT plan (`<stem>.<gpu>.<precision>.engine` + manifest) of a model for this GPU."""
-    from engines.tensorrt.manifest import engine_path, import_tensorrt, probe_platform
+    from engines.tensorrt.manifest import import_tensorrt, probe_platform
 
     import_tensorrt()  # before any work: one clear line on machines without TensorRT
     registry.get_entry(request.name)
@@ -222,7 +204,7 @@ def build_trt_plan(
 
     platform = probe_platform()
     source = source_for(store, request.name)
-    plan = engine_path(source.original, platform.gpu_name, request.precision)
+    plan = source.files.engine(platform.gpu_name, request.precision)
     calibration = None
     if request.precision == "int8":
         recognizer = calibration_recognizer(request.recognizer, store, settings)
@@ -235,9 +217,9 @@ def build_trt_plan(
         opt_batch=request.opt_batch,
         dims=_profile_dims(request.name, settings.detect_size),
         workspace_gib=request.workspace_gib,
-        timing_cache=source.original.parent / f"timing.{platform.slug}.trt{platform.tensorrt_version}.cache",
+        timing_cache=source.files.timing_cache(platform.gpu_name, platform.tensorrt_version),
         calibration=calibration,
-        calibration_cache=plan.with_suffix(".calibration.cache"),
+        calibration_cache=source.files.calibration_cache(platform.gpu_name, request.precision),
     )
     try:
         manifest = build_plan(source.runnable, plan, model=request.name, source_sha256=source.sha256, options=options)

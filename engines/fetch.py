@@ -10,11 +10,9 @@ has no hash, the computed one is printed so the user can pin it, and recorded in
 import errno
 import hashlib
 import http.client
-import os
 import re
 import socket
 import sys
-import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -24,6 +22,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from engines import registry
+from engines.atomic import atomic_path, replace_file
 from engines.errors import ModelError
 from engines.registry import ModelEntry
 from engines.store import (
@@ -217,7 +216,7 @@ def fetch_entry(
                     break  # no name resolution or nobody listening: retrying this mirror will not help
                 offline = False
                 continue
-            os.replace(part, dest)
+            replace_file(part, dest)
             remember_verified(dest, actual)
             if entry.sha256 is None:
                 write_local_record(root, make_record(entry, dest, actual))
@@ -274,12 +273,9 @@ def import_file(model: str | ModelEntry, src: Path, root: Path) -> Path:
             raise ModelError(f"{src} has sha256 {actual}, expected {entry.sha256} for model {entry.name}")
         remember_verified(dest, actual)
         return dest
-    root.mkdir(parents=True, exist_ok=True)
     digest = hashlib.sha256()
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{entry.file}.", suffix=".import", dir=root)
-    tmp = Path(tmp_name)
-    try:
-        with os.fdopen(fd, "wb") as out, src.open("rb") as f:
+    with atomic_path(dest, suffix=".import") as tmp:
+        with tmp.open("wb") as out, src.open("rb") as f:
             while chunk := f.read(_CHUNK):
                 digest.update(chunk)
                 out.write(chunk)
@@ -288,9 +284,5 @@ def import_file(model: str | ModelEntry, src: Path, root: Path) -> Path:
             raise ModelError(
                 f"{src} has sha256 {actual}, expected {entry.sha256} for model {entry.name}: wrong or damaged file"
             )
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, dest)
-    finally:
-        tmp.unlink(missing_ok=True)
     remember_verified(dest, actual)
     return dest

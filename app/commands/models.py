@@ -117,15 +117,15 @@ def _variants(name: str, store: ModelStore) -> list[dict[str, Any]]:
     """The files that can run a verified ONNX model, and which one SWAPCAST_BACKEND/PRECISION pick."""
     from app.runtime.backend import list_variants
     from app.settings import PipelineSettings
-    from app.variants import dynamic_path
 
     if store.status(name) != "verified" or store.file_path(name).suffix != ".onnx":
         return []
     settings = PipelineSettings()
-    dynamic = dynamic_path(store, name)
+    files = store.files(name)
+    dynamic = files.dynamic
     found = list_variants(
-        store.file_path(name),
-        store.expected(name)[0],
+        files.model,
+        files.sha256,
         settings.backend,
         settings.precision,
         runs_from=dynamic if dynamic.is_file() else None,

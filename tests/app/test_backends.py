@@ -15,15 +15,16 @@ from app.calibration import calibration_set, letterbox
 from app.pipeline.factory import build_pipeline
 from app.pipeline.swap import InswapperEngine, last_initializer
 from app.pipeline.types import Image
-from app.runtime.backend import choose, load_backend
+from app.runtime.backend import _say_fp16_is_slow_on_cpu, choose, load_backend
 from app.runtime.onnx import OnnxModel
 from app.runtime.torch_backend import TorchModel
 from app.settings import PipelineSettings
 from app.variants import make_fp16, source_for
 from engines.errors import ModelError
-from engines.precision.variants import read_record, record_path, variant_path
+from engines.model_files import ModelFiles, record_path
+from engines.precision.variants import read_record
 from engines.store import ModelStore, sha256_file
-from engines.tensorrt.manifest import EngineManifest, Platform, ProfileShape, engine_path, write_manifest
+from engines.tensorrt.manifest import EngineManifest, Platform, ProfileShape, write_manifest
 
 PARITY = 1e-4
 
@@ -127,6 +128,21 @@ def test_fp16_variant_is_loaded_when_the_precision_asks(own_store: ModelStore, d
     assert load_backend(source, "auto", 2, "fp32", source_sha256=sha).path == source
 
 
+def test_fp16_on_a_cpu_is_said_to_be_slower_once_per_model(
+    own_store: ModelStore, detector_fp16: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    source = own_store.ensure("retinaface_mnet025")
+    sha, _ = own_store.expected("retinaface_mnet025")
+    _say_fp16_is_slow_on_cpu.cache_clear()  # an earlier test may have loaded the variant already
+    with caplog.at_level(logging.WARNING, logger="app.runtime.backend"):
+        loaded = [load_backend(source, "onnxruntime", 2, "fp16", source_sha256=sha) for _ in range(2)]
+        load_backend(source, "onnxruntime", 2, "fp32", source_sha256=sha)
+    if any(isinstance(m, OnnxModel) and m.providers[0] != "CPUExecutionProvider" for m in loaded):
+        pytest.skip("ONNX Runtime runs on a GPU here")
+    said = [r.getMessage() for r in caplog.records if "runs slower than fp32 on a CPU" in r.getMessage()]
+    assert len(said) == 1 and said[0].startswith(f"{detector_fp16.name}: SWAPCAST_PRECISION=fp16")
+
+
 def test_missing_or_stale_variants(
     own_store: ModelStore, detector_fp16: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -149,7 +165,7 @@ def test_auto_prefers_an_engine_built_for_this_gpu(tmp_path: Path) -> None:
     source = tmp_path / "m.onnx"
     source.write_bytes(b"onnx")
     here = Platform("NVIDIA H200", "9.0", "10.13.3.9")
-    engine = engine_path(source, here.gpu_name, "fp16")
+    engine = ModelFiles(source).engine(here.gpu_name, "fp16")
     engine.write_bytes(b"engine")
     manifest = EngineManifest(
         model="m",
@@ -225,7 +241,7 @@ def test_engines_int8_and_models_list_variants(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     assert cli(["engines", "int8", "retinaface_mnet025", "--samples", "4"]) == 0
-    int8 = variant_path(own_store.ensure("retinaface_mnet025"), "int8")
+    int8 = ModelFiles(own_store.ensure("retinaface_mnet025")).variant("int8")
     assert str(int8) in capsys.readouterr().out
     options = json.loads(record_path(int8).read_text())["options"]
     assert options["method"] == "minmax" and options["per_channel"] and options["calibration_samples"] == 4

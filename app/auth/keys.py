@@ -13,7 +13,6 @@ import fcntl
 import hashlib
 import hmac
 import json
-import os
 import re
 import secrets
 import threading
@@ -176,9 +175,9 @@ class KeyStore:
 
     def _write(self, records: dict[str, KeyRecord]) -> None:
         body = {"version": _FORMAT_VERSION, "keys": [asdict(r) | {"scopes": list(r.scopes)} for r in records.values()]}
-        with atomic_path(self.path) as tmp:
+        # Only salted hashes of 256-bit secrets are inside, but nobody else needs to read them: private from
+        # the moment the file exists under its name.
+        with atomic_path(self.path, mode=0o600) as tmp:
             tmp.write_text(json.dumps(body, indent=1) + "\n", encoding="utf-8")
-        # Only salted hashes of 256-bit secrets are inside, but nobody else needs to read them.
-        os.chmod(self.path, 0o600)
         self._stamp = None
         self.refresh()

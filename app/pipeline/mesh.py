@@ -1,0 +1,156 @@
+"""The `mesh` swap engine: no trained swap network. The source face's texture is warped onto the target's
+468-point face mesh, so the target's expression and head pose are followed, while the target keeps its own
+mouth interior and eye openings.
+
+Per face: dense landmarks on the target crop (one model pass: the crop is already framed as the landmark
+model wants), the piecewise-affine maps on a small grid (app.pipeline.mesh_warp), one remap of the source
+texture, colour matched to the target in LAB on thumbnails, and a blend through a mask defined in canonical
+texture space (brows to chin, inside the cheek silhouette) minus the target's mouth and eye openings.
+Measured by `swapcast bench-quality`; prototype figures are in the README's engines section.
+"""
+
+from dataclasses import dataclass
+
+import cv2
+import numpy as np
+import numpy.typing as npt
+
+from app.pipeline.align import AlignSpec, estimate_matrix, transform_points, warp_crop
+from app.pipeline.color import lab_stats, transfer_color
+from app.pipeline.landmarks import ROI_SCALE, FaceMeshLandmarker, Mesh, five_points
+from app.pipeline.mesh_warp import (
+    LEFT_EYE_OPENING,
+    MOUTH_OPENING,
+    RIGHT_EYE_OPENING,
+    hole_mask,
+    mesh_maps,
+    sample_uv_mask,
+    upsample,
+    uv_mask,
+)
+from app.pipeline.swap import PreparedSource, SwapItem, check_sources
+from app.pipeline.types import Face, Image
+
+STATS_SIZE = 64  # colour statistics on thumbnails: the same means and spreads, far cheaper
+GAIN_LIMITS = (0.67, 1.5)
+
+
+@dataclass(frozen=True)
+class MeshConfig:
+    size: int = 320  # crop side: the face spans about two thirds of it
+    grid_face: int = 160  # geometry is computed with the face at most this many pixels wide, maps upsampled
+    hole_feather: float = 0.012  # sigma of the mouth/eye hole edges, as a fraction of the crop
+    keep_eyes: bool = True  # show the target's own eyes (gaze, blinks) where they are open
+    color_strength: float = 1.0
+
+
+def source_record_dtype(size: int) -> np.dtype:
+    """A prepared source: the aligned texture and its landmarks, one record (stored as one .npy)."""
+    return np.dtype([("texture", np.uint8, (size, size, 3)), ("mesh", np.float32, (468, 3))])
+
+
+class MeshEngine:
+    """Weightless swap that follows expression and pose. See the module docstring."""
+
+    name = "mesh"
+
+    def __init__(self, landmarker: FaceMeshLandmarker, config: MeshConfig | None = None) -> None:
+        self.landmarker = landmarker
+        self.config = config or MeshConfig()
+        self.align = AlignSpec("face_mesh", self.config.size)
+        self.model_key = f"mesh:{self.config.size}"
+        # the grid is a whole fraction of the crop, so maps upsample by an integer factor
+        self.scale = float(max(1, int(np.ceil(self.config.size / ROI_SCALE / self.config.grid_face))))
+        self.grid = int(np.ceil(self.config.size / self.scale))
+
+    def prepare(self, image: Image, face: Face) -> PreparedSource:
+        """The source texture, framed by a second landmark pass (the detector's five points frame it roughly)."""
+        spec = self.align
+        matrix = estimate_matrix(face.landmarks, spec)
+        crop = warp_crop(image, matrix, spec.size)
+        (mesh,) = self.landmarker.process([crop])
+        if mesh is not None:
+            refined = transform_points(five_points(mesh), cv2.invertAffineTransform(matrix)).astype(np.float32)
+            crop = warp_crop(image, estimate_matrix(refined, spec), spec.size)
+            (again,) = self.landmarker.process([crop])
+            mesh = again if again is not None else None
+        if mesh is None:
+            raise ValueError("the face landmark model found no face in the source crop")
+        record = np.zeros(1, source_record_dtype(spec.size))
+        record["texture"][0] = crop
+        record["mesh"][0] = mesh
+        return PreparedSource(self.name, self.model_key, record)
+
+    def process(self, batch: list[SwapItem]) -> list[Image]:
+        check_sources(self, batch)
+        meshes = self.landmarker.process([item.crop for item in batch])
+        return [
+            item.crop.copy() if mesh is None else self.swap_one(item.crop, item.source.data, mesh)
+            for item, mesh in zip(batch, meshes, strict=True)
+        ]
+
+    def swap_one(self, target: Image, record: npt.NDArray[np.void], target_mesh: Mesh) -> Image:
+        size, grid, scale = self.config.size, self.grid, self.scale
+        texture = record["texture"][0]
+        source_mesh = record["mesh"][0]
+        maps = mesh_maps(target_mesh, source_mesh, grid, scale)
+        mask = sample_uv_mask(maps, uv_mask())
+        mask *= 1.0 - self._holes(target_mesh)
+        full_mask = upsample(mask, size)
+        if float(full_mask.max()) <= 0.0:
+            return target.copy()
+        warped = cv2.remap(
+            texture,
+            upsample(maps.source_x, size),
+            upsample(maps.source_y, size),
+            cv2.INTER_LINEAR,
+            borderMode=cv2.BORDER_REPLICATE,
+        )
+        return self._blend(target, np.asarray(warped, np.uint8), full_mask)
+
+    def _holes(self, mesh: Mesh) -> npt.NDArray[np.float32]:
+        holes = (MOUTH_OPENING, LEFT_EYE_OPENING, RIGHT_EYE_OPENING) if self.config.keep_eyes else (MOUTH_OPENING,)
+        mask = hole_mask(mesh, holes, self.grid, self.scale)
+        sigma = max(0.5, self.config.hole_feather * self.config.size / self.scale)
+        # grow the holes a little before feathering, so the blend's ramp lies on lips and lids, not in the hole
+        mask = cv2.dilate(mask, np.ones((3, 3), np.uint8))
+        return np.asarray(cv2.GaussianBlur(mask, (0, 0), sigmaX=sigma, sigmaY=sigma), np.float32)
+
+    def _blend(self, target: Image, warped: Image, mask: npt.NDArray[np.float32]) -> Image:
+        """Colour-match `warped` to `target` under the mask, then blend, working only inside the mask's box."""
+        rows = np.flatnonzero(mask.max(axis=1) > 0)
+        cols = np.flatnonzero(mask.max(axis=0) > 0)
+        y0, y1, x0, x1 = rows[0], rows[-1] + 1, cols[0], cols[-1] + 1
+        alpha = mask[y0:y1, x0:x1]
+        face, under = warped[y0:y1, x0:x1], target[y0:y1, x0:x1]
+        if self.config.color_strength > 0:
+            thumb = (STATS_SIZE, STATS_SIZE)
+            small_alpha = cv2.resize(alpha, thumb, interpolation=cv2.INTER_AREA)
+            face_stats = lab_stats(cv2.resize(face, thumb, interpolation=cv2.INTER_AREA), small_alpha)
+            target_stats = lab_stats(cv2.resize(under, thumb, interpolation=cv2.INTER_AREA), small_alpha)
+            # Spreads are matched within limits: a stretched chroma spread turns pale skin blotchy (measured
+            # on the sample photos: gains up to 3x in a and b).
+            spread = np.clip(target_stats[1], face_stats[1] * GAIN_LIMITS[0], face_stats[1] * GAIN_LIMITS[1])
+            target_stats = (target_stats[0], spread)
+            moved = transfer_color(face, face_stats, target_stats, self.config.color_strength)
+        else:
+            moved = face.astype(np.float32)
+        out = target.copy()
+        base = under.astype(np.float32)
+        out[y0:y1, x0:x1] = np.clip(base + alpha[..., None] * (moved - base) + 0.5, 0, 255).astype(np.uint8)
+        return out
+
+
+def openness(mesh: np.ndarray) -> dict[str, float]:
+    """Eye and mouth opening of a mesh, each as the gap over the width of its opening (0 = shut)."""
+    xy = np.asarray(mesh, np.float64)[:, :2]
+
+    def ratio(top: int, bottom: int, left: int, right: int) -> float:
+        return float(np.linalg.norm(xy[top] - xy[bottom]) / max(np.linalg.norm(xy[left] - xy[right]), 1e-6))
+
+    return {
+        "left_eye": ratio(159, 145, 33, 133),
+        "right_eye": ratio(386, 374, 362, 263),
+        "mouth": ratio(13, 14, 78, 308),
+    }
+

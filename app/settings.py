@@ -8,7 +8,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 if TYPE_CHECKING:
     from app.pipeline.calls import BatchPlan
 
-EngineName = Literal["inswapper", "classic", "passthrough"]
+EngineName = Literal["inswapper", "mesh", "classic", "passthrough"]
 # How models run: "auto" picks a TensorRT engine built for this GPU, else PyTorch on CUDA, else ONNX Runtime.
 BackendName = Literal["auto", "onnxruntime", "tensorrt", "torch"]
 # fp16 and int8 load the variants made by `swapcast engines fp16|int8|build-trt NAME` when present.
@@ -18,7 +18,9 @@ PrecisionName = Literal["fp32", "fp16", "int8"]
 class PipelineSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="SWAPCAST_", extra="ignore")
 
-    engine: EngineName = "classic"
+    engine: EngineName = "mesh"  # weightless and follows expression and pose; inswapper needs weights users bring
+    landmark_model: str = "face_mesh_468"
+    mouth_mask: float = Field(0.0, ge=0.0, le=1.0)  # keep the target's own mouth: 0 off, 1 lips and inside
     swapper_model: str = "inswapper_128"
     recognizer_model: str = "arcface_w600k_r50"
     detector_model: str = "retinaface_mnet025"

@@ -15,8 +15,9 @@ from app.errors import UserError
 
 if TYPE_CHECKING:
     from app.server.settings import ServerSettings
+    from engines.store import ModelStore
 
-ENGINES = ("auto", "classic", "inswapper", "passthrough")
+ENGINES = ("auto", "mesh", "classic", "inswapper", "passthrough")
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
@@ -30,7 +31,7 @@ def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None
     p.add_argument(
         "--engine",
         default=None,
-        help="classic, inswapper, passthrough, or auto: inswapper when its weights are present, else classic",
+        help="mesh, classic, inswapper, passthrough, or auto: inswapper when its weights are present, else mesh",
     )
     p.add_argument("--identity-dir", type=Path, default=None, help="where identities are stored")
     p.add_argument("--max-sessions", type=int, default=None, help="concurrent WebRTC sessions (default 4)")
@@ -39,7 +40,8 @@ def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None
 
 
 def choose_engine(requested: str | None, swapper_model: str, recognizer_model: str) -> str:
-    """The engine to run: as asked, from SWAPCAST_ENGINE, or inswapper when its weights are on disk, else classic."""
+    """The engine to run: as asked, from SWAPCAST_ENGINE, or inswapper when its weights are on disk, else mesh
+    (classic where the landmark model is neither imported nor importable here)."""
     if requested is None:
         requested = os.environ.get("SWAPCAST_ENGINE", "auto")
     if requested not in ENGINES:
@@ -53,7 +55,19 @@ def choose_engine(requested: str | None, swapper_model: str, recognizer_model: s
         present = all(store.file_path(name).is_file() for name in (swapper_model, recognizer_model))
     except Exception:  # an unknown model name: not present
         present = False
-    return "inswapper" if present else "classic"
+    if present:
+        return "inswapper"
+    return "mesh" if mesh_available(store) else "classic"
+
+
+def mesh_available(store: "ModelStore") -> bool:
+    """Whether the mesh engine's landmark model is imported, or its converter is installed to import it."""
+    import importlib.util
+
+    from app.settings import PipelineSettings
+
+    name = PipelineSettings().landmark_model
+    return store.status(name) == "verified" or importlib.util.find_spec("tflite2onnx") is not None
 
 
 def build_settings(args: argparse.Namespace) -> "ServerSettings":
@@ -108,7 +122,10 @@ def run(args: argparse.Namespace) -> int:
     port = sock.getsockname()[1]
     base = f"http://{_url_host(settings.url_host())}:{port}"
     engine = settings.pipeline.engine
-    engine_note = "" if engine != "classic" else " (no swap weights: the texture fallback, see `swapcast models`)"
+    engine_note = {
+        "mesh": " (no swap weights: the weightless mesh warp, see `swapcast models`)",
+        "classic": " (no swap weights and no landmark model: the texture fallback, see `swapcast models`)",
+    }.get(engine, "")
     announced: set[str] = set()
 
     def announce(state: ServerState) -> None:

@@ -12,7 +12,7 @@ from app.settings import PipelineSettings
 
 IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".webp", ".bmp"}
 VIDEO_SUFFIXES = {".mp4", ".mkv", ".mov", ".avi", ".webm", ".m4v"}
-ENGINES = ("classic", "inswapper", "passthrough")
+ENGINES = ("mesh", "classic", "inswapper", "passthrough")
 
 
 def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
@@ -20,7 +20,7 @@ def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None
     p.add_argument("--source", required=True, type=Path, help="photo of the face to put in")
     p.add_argument("--target", required=True, type=Path, help="image or video to change")
     p.add_argument("--output", required=True, type=Path, help="where to write the result")
-    p.add_argument("--engine", default="classic", help=f"swap engine: {', '.join(ENGINES)} (default classic)")
+    p.add_argument("--engine", default="mesh", help=f"swap engine: {', '.join(ENGINES)} (default mesh)")
     p.add_argument("--swapper-model", default=None, help="registry name of the inswapper-contract model")
     p.add_argument("--recognizer-model", default=None, help="registry name of the ArcFace-contract model")
     p.add_argument("--enhancer", default=None, help="registry name of a Real-ESRGAN model, or 'none'")

@@ -11,6 +11,9 @@ from app.errors import ModelError
 from app.pipeline.calls import BatchedCalls, BatchPlan
 from app.pipeline.detect import DetectorConfig, RetinaFaceDetector
 from app.pipeline.enhance import EnhanceConfig, RealEsrganEnhancer
+from app.pipeline.landmarks import FaceMeshLandmarker
+from app.pipeline.mesh import MeshConfig, MeshEngine
+from app.pipeline.mouth import MouthKeepingEngine
 from app.pipeline.paste import PasteConfig
 from app.pipeline.pipeline import FramePipeline, PipelineConfig
 from app.pipeline.recognize import ArcFaceRecognizer
@@ -65,7 +68,21 @@ def load_batchable(store: ModelStore, name: str, settings: PipelineSettings) -> 
     return _load(dynamic, settings, source=original, source_sha256=sha256)
 
 
+def load_landmarker(store: ModelStore, settings: PipelineSettings) -> FaceMeshLandmarker:
+    return FaceMeshLandmarker(load_model(store, settings.landmark_model, settings))
+
+
 def build_engine(settings: PipelineSettings, store: ModelStore) -> SwapEngine:
+    if settings.engine == "mesh":
+        return MeshEngine(load_landmarker(store, settings), MeshConfig(mouth_mask=settings.mouth_mask))
+    engine = build_swap_engine(settings, store)
+    if settings.mouth_mask > 0:
+        return MouthKeepingEngine(engine, load_landmarker(store, settings), settings.mouth_mask)
+    return engine
+
+
+def build_swap_engine(settings: PipelineSettings, store: ModelStore) -> SwapEngine:
+    """The engines that keep no mouth of their own: classic, passthrough, inswapper."""
     if settings.engine == "classic":
         return ClassicEngine()
     if settings.engine == "passthrough":

@@ -94,14 +94,15 @@ class FaceMeshLandmarker:
             return []
         batch = np.empty((len(crops), INPUT_SIZE, INPUT_SIZE, 3), np.float32)
         for i, crop in enumerate(crops):
-            small = crop if crop.shape[0] == INPUT_SIZE else cv2.resize(crop, (INPUT_SIZE, INPUT_SIZE), interpolation=cv2.INTER_AREA)
-            batch[i] = small[..., ::-1]
+            if crop.shape[0] != INPUT_SIZE:
+                crop = np.asarray(cv2.resize(crop, (INPUT_SIZE, INPUT_SIZE), interpolation=cv2.INTER_AREA), np.uint8)
+            batch[i] = crop[..., ::-1]
         batch *= 1.0 / 255.0
         landmarks, scores = self.model.run({"image": np.ascontiguousarray(batch.transpose(0, 3, 1, 2))})
         out: list[Mesh | None] = []
-        for crop, points, score in zip(crops, landmarks, scores, strict=True):
+        for size, points, score in zip((crop.shape[0] for crop in crops), landmarks, scores, strict=True):
             if float(score[0]) < self.min_score:
                 out.append(None)
                 continue
-            out.append((points * (crop.shape[0] / INPUT_SIZE)).astype(np.float32))
+            out.append((points * (size / INPUT_SIZE)).astype(np.float32))
         return out

@@ -28,6 +28,7 @@ from app.pipeline.mesh_warp import (
     upsample,
     uv_mask,
 )
+from app.pipeline.mouth import mouth_region
 from app.pipeline.swap import PreparedSource, SwapItem, check_sources
 from app.pipeline.types import Face, Image
 
@@ -40,7 +41,8 @@ class MeshConfig:
     size: int = 320  # crop side: the face spans about two thirds of it
     grid_face: int = 160  # geometry is computed with the face at most this many pixels wide, maps upsampled
     hole_feather: float = 0.012  # sigma of the mouth/eye hole edges, as a fraction of the crop
-    keep_eyes: bool = True  # show the target's own eyes (gaze, blinks) where they are open
+    keep_eyes: float = 1.0  # show the target's own eyes (gaze, blinks) inside the lids: 0 the source's .. 1
+    mouth_mask: float = 0.0  # keep the target's own lips too (app.pipeline.mouth): 0 off .. 1
     color_strength: float = 1.0
 
 
@@ -96,6 +98,9 @@ class MeshEngine:
         maps = mesh_maps(target_mesh, source_mesh, grid, scale)
         mask = sample_uv_mask(maps, uv_mask())
         mask *= 1.0 - self._holes(target_mesh)
+        if self.config.mouth_mask > 0:
+            on_grid = (target_mesh[:, :2] + 0.5) / scale - 0.5
+            mask *= 1.0 - self.config.mouth_mask * mouth_region(on_grid, mask.shape[:2])
         full_mask = upsample(mask, size)
         if float(full_mask.max()) <= 0.0:
             return target.copy()
@@ -109,11 +114,14 @@ class MeshEngine:
         return self._blend(target, np.asarray(warped, np.uint8), full_mask)
 
     def _holes(self, mesh: Mesh) -> npt.NDArray[np.float32]:
-        holes = (MOUTH_OPENING, LEFT_EYE_OPENING, RIGHT_EYE_OPENING) if self.config.keep_eyes else (MOUTH_OPENING,)
-        mask = hole_mask(mesh, holes, self.grid, self.scale)
+        """Where the target shows through: its mouth opening, and its eye openings by `keep_eyes`."""
+        mouth = hole_mask(mesh, (MOUTH_OPENING,), self.grid, self.scale)
+        # grow the mouth a little before feathering, so the blend's ramp lies on the lips, not in the mouth
+        mask = np.asarray(cv2.dilate(mouth, np.ones((3, 3), np.uint8)), np.float32)
+        if self.config.keep_eyes > 0:
+            eyes = hole_mask(mesh, (LEFT_EYE_OPENING, RIGHT_EYE_OPENING), self.grid, self.scale)
+            mask = np.maximum(mask, eyes * self.config.keep_eyes)
         sigma = max(0.5, self.config.hole_feather * self.config.size / self.scale)
-        # grow the holes a little before feathering, so the blend's ramp lies on lips and lids, not in the hole
-        mask = cv2.dilate(mask, np.ones((3, 3), np.uint8))
         return np.asarray(cv2.GaussianBlur(mask, (0, 0), sigmaX=sigma, sigmaY=sigma), np.float32)
 
     def _blend(self, target: Image, warped: Image, mask: npt.NDArray[np.float32]) -> Image:
@@ -124,13 +132,13 @@ class MeshEngine:
         alpha = mask[y0:y1, x0:x1]
         face, under = warped[y0:y1, x0:x1], target[y0:y1, x0:x1]
         if self.config.color_strength > 0:
-            thumb = (STATS_SIZE, STATS_SIZE)
-            small_alpha = cv2.resize(alpha, thumb, interpolation=cv2.INTER_AREA)
-            face_stats = lab_stats(cv2.resize(face, thumb, interpolation=cv2.INTER_AREA), small_alpha)
-            target_stats = lab_stats(cv2.resize(under, thumb, interpolation=cv2.INTER_AREA), small_alpha)
-            # Spreads are matched within limits: a stretched chroma spread turns pale skin blotchy (measured
-            # on the sample photos: gains up to 3x in a and b).
-            spread = np.clip(target_stats[1], face_stats[1] * GAIN_LIMITS[0], face_stats[1] * GAIN_LIMITS[1])
+            small_alpha = np.asarray(_thumbnail(alpha), np.float32)
+            face_stats = lab_stats(np.asarray(_thumbnail(face), np.uint8), small_alpha)
+            target_stats = lab_stats(np.asarray(_thumbnail(under), np.uint8), small_alpha)
+            # Spreads are matched within limits: a fully stretched chroma spread turned pale skin blotchy on
+            # the sample photos.
+            low, high = face_stats[1] * GAIN_LIMITS[0], face_stats[1] * GAIN_LIMITS[1]
+            spread = np.minimum(np.maximum(target_stats[1], low), high)
             target_stats = (target_stats[0], spread)
             moved = transfer_color(face, face_stats, target_stats, self.config.color_strength)
         else:
@@ -141,16 +149,20 @@ class MeshEngine:
         return out
 
 
+def _thumbnail(image: np.ndarray) -> np.ndarray:
+    return np.asarray(cv2.resize(image, (STATS_SIZE, STATS_SIZE), interpolation=cv2.INTER_AREA))
+
+
 def openness(mesh: np.ndarray) -> dict[str, float]:
     """Eye and mouth opening of a mesh, each as the gap over the width of its opening (0 = shut)."""
     xy = np.asarray(mesh, np.float64)[:, :2]
 
     def ratio(top: int, bottom: int, left: int, right: int) -> float:
-        return float(np.linalg.norm(xy[top] - xy[bottom]) / max(np.linalg.norm(xy[left] - xy[right]), 1e-6))
+        gap = float(np.linalg.norm(xy[top] - xy[bottom]))
+        return gap / max(float(np.linalg.norm(xy[left] - xy[right])), 1e-6)
 
     return {
         "left_eye": ratio(159, 145, 33, 133),
         "right_eye": ratio(386, 374, 362, 263),
         "mouth": ratio(13, 14, 78, 308),
     }
-

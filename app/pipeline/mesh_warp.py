@@ -60,7 +60,9 @@ def uv_mask(shape: UvMaskShape = DEFAULT_UV_MASK) -> FloatMap:
     mask *= ellipse
     mask[: round(shape.top * UV_MASK_SIZE)] = 0.0
     sigma = shape.feather * UV_MASK_SIZE
-    mask = cv2.GaussianBlur(mask, (0, 0), sigmaX=sigma, sigmaY=sigma, borderType=cv2.BORDER_CONSTANT)
+    mask = np.asarray(
+        cv2.GaussianBlur(mask, (0, 0), sigmaX=sigma, sigmaY=sigma, borderType=cv2.BORDER_CONSTANT), np.float32
+    )
     mask[mask < 5e-3] = 0.0
     mask.setflags(write=False)
     return mask

@@ -74,7 +74,8 @@ def load_landmarker(store: ModelStore, settings: PipelineSettings) -> FaceMeshLa
 
 def build_engine(settings: PipelineSettings, store: ModelStore) -> SwapEngine:
     if settings.engine == "mesh":
-        return MeshEngine(load_landmarker(store, settings), MeshConfig(mouth_mask=settings.mouth_mask))
+        config = MeshConfig(mouth_mask=settings.mouth_mask, color_strength=settings.color_strength)
+        return MeshEngine(load_landmarker(store, settings), config)
     engine = build_swap_engine(settings, store)
     if settings.mouth_mask > 0:
         return MouthKeepingEngine(engine, load_landmarker(store, settings), settings.mouth_mask)
@@ -125,7 +126,8 @@ def build_pipeline(
     config = PipelineConfig(
         faces=settings.faces,
         tracker=replace(TrackerConfig(), detect_interval=settings.detect_interval),
-        paste=PasteConfig(mask=mask, color_strength=settings.color_strength),
+        # The mesh engine matches colour under its own face mask: paste-back leaves its crops as they are.
+        paste=PasteConfig(mask=mask, color_strength=0.0 if engine.name == "mesh" else settings.color_strength),
     )
     calls = BatchedCalls(detector, engine, enhancer, batching, registry) if batching else None
     return FramePipeline(detector, engine, enhancer, config, calls)

@@ -40,7 +40,7 @@ GAIN_LIMITS = (0.67, 1.5)
 class MeshConfig:
     size: int = 320  # crop side: the face spans about two thirds of it
     grid_face: int = 160  # geometry is computed with the face at most this many pixels wide, maps upsampled
-    hole_feather: float = 0.012  # sigma of the mouth/eye hole edges, as a fraction of the crop
+    hole_feather: float = 0.006  # sigma of the mouth/eye hole edges, as a fraction of the crop
     keep_eyes: float = 1.0  # show the target's own eyes (gaze, blinks) inside the lids: 0 the source's .. 1
     mouth_mask: float = 0.0  # keep the target's own lips too (app.pipeline.mouth): 0 off .. 1
     color_strength: float = 1.0

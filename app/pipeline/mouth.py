@@ -35,8 +35,9 @@ def mouth_region(mesh: np.ndarray, shape: tuple[int, int]) -> npt.NDArray[np.flo
         cv2.fillPoly(mask, [np.round(polygon * 16).astype(np.int32)], 1.0, lineType=cv2.LINE_AA, shift=4)
     core = mask.copy()
     sigma = max(0.5, FADE * width)
-    faded = cv2.GaussianBlur(mask, (0, 0), sigmaX=sigma, sigmaY=sigma)
-    return np.asarray(np.maximum(core, np.clip(faded * 1.6, 0.0, 1.0)), np.float32)
+    faded = np.clip(np.asarray(cv2.GaussianBlur(mask, (0, 0), sigmaX=sigma, sigmaY=sigma)) * 1.6, 0.0, 1.0)
+    faded[faded < 0.01] = 0.0  # an invisible step, so the rest of the face is exactly the engine's
+    return np.asarray(np.maximum(core, faded), np.float32)
 
 
 def crop_to_mesh_roi(spec: AlignSpec) -> np.ndarray:

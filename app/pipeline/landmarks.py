@@ -16,8 +16,9 @@ import cv2
 import numpy as np
 import numpy.typing as npt
 
+from app.pipeline.stage import DEFAULT_SESSION
 from app.pipeline.types import Image, Points
-from app.runtime.backend import Model
+from app.runtime.model import Model
 
 INPUT_SIZE = 192
 ROI_SCALE = 1.5  # MediaPipe's face ROI: the landmarks' bounding box, grown by half, made square
@@ -88,7 +89,10 @@ class FaceMeshLandmarker:
         self.model = model
         self.min_score = min_score
 
-    def process(self, crops: list[Image]) -> list[Mesh | None]:
+    def close(self) -> None:
+        self.model.close()
+
+    def process(self, crops: list[Image], *, session: str = DEFAULT_SESSION) -> list[Mesh | None]:
         """Landmarks in each crop's pixels, or None where the model sees no face."""
         if not crops:
             return []

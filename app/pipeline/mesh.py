@@ -29,6 +29,7 @@ from app.pipeline.mesh_warp import (
     uv_mask,
 )
 from app.pipeline.mouth import mouth_region
+from app.pipeline.stage import DEFAULT_SESSION
 from app.pipeline.swap import PreparedSource, SwapItem, check_sources
 from app.pipeline.types import Face, Image
 
@@ -83,7 +84,10 @@ class MeshEngine:
         record["mesh"][0] = mesh
         return PreparedSource(self.name, self.model_key, record)
 
-    def process(self, batch: list[SwapItem]) -> list[Image]:
+    def close(self) -> None:
+        self.landmarker.close()
+
+    def process(self, batch: list[SwapItem], *, session: str = DEFAULT_SESSION) -> list[Image]:
         check_sources(self, batch)
         meshes = self.landmarker.process([item.crop for item in batch])
         return [

@@ -11,6 +11,7 @@ import numpy.typing as npt
 
 from app.pipeline.align import TEMPLATES, AlignSpec
 from app.pipeline.landmarks import INPUT_SIZE, FaceMeshLandmarker, Mesh
+from app.pipeline.stage import DEFAULT_SESSION
 from app.pipeline.swap import PreparedSource, SwapEngine, SwapItem
 from app.pipeline.types import Face, Image
 
@@ -80,8 +81,12 @@ class MouthKeepingEngine:
             out.append(np.hstack([xy, mesh[:, 2:]]).astype(np.float32))
         return out
 
-    def process(self, batch: list[SwapItem]) -> list[Image]:
-        swapped = self.inner.process(batch)
+    def close(self) -> None:
+        self.inner.close()
+        self.landmarker.close()
+
+    def process(self, batch: list[SwapItem], *, session: str = DEFAULT_SESSION) -> list[Image]:
+        swapped = self.inner.process(batch, session=session)
         if self.amount <= 0 or not batch:
             return swapped
         out = []

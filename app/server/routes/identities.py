@@ -13,6 +13,7 @@ from starlette.datastructures import UploadFile
 from starlette.formparsers import MultiPartException, MultiPartParser
 
 from app.identity.images import ImageInfo, ImageRejected, decode_image, sniff_format
+from app.identity.photo_check import source_warnings
 from app.identity.store import Identity
 from app.pipeline.pipeline import FramePipeline
 from app.pipeline.swap import PreparedSource
@@ -38,9 +39,10 @@ class IdentityOut(BaseModel):
     created: str
     width: int
     height: int
+    warnings: list[str] = []  # why this photo may swap badly (open mouth, closed eyes); given on upload
 
     @classmethod
-    def of(cls, identity: Identity, model_key: str | None) -> "IdentityOut":
+    def of(cls, identity: Identity, model_key: str | None, warnings: list[str] | None = None) -> "IdentityOut":
         return cls(
             id=identity.id,
             name=identity.name,
@@ -50,6 +52,7 @@ class IdentityOut(BaseModel):
             created=identity.created,
             width=identity.width,
             height=identity.height,
+            warnings=warnings or [],
         )
 
 
@@ -179,7 +182,7 @@ async def create_identity(request: Request, state: StateDep, pipeline: PipelineD
         ),
     )
     state.cache.put(identity.id, prepared.model_key, prepared)
-    return IdentityOut.of(identity, prepared.model_key)
+    return IdentityOut.of(identity, prepared.model_key, source_warnings(prepared))
 
 
 def _model_key(state: StateDep) -> str | None:

@@ -25,6 +25,7 @@ def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None
     p.add_argument("--recognizer-model", default=None, help="registry name of the ArcFace-contract model")
     p.add_argument("--enhancer", default=None, help="registry name of a Real-ESRGAN model, or 'none'")
     p.add_argument("--enhance-blend", type=float, default=None, help="0..1, share of the super-resolved face")
+    p.add_argument("--mouth-mask", type=float, default=None, help="0..1, keep the target's own mouth (default 0)")
     p.add_argument("--faces", choices=("all", "largest"), default=None, help="which target faces to swap")
     p.add_argument("--source-face", type=int, default=None, help="index of the face in the source photo")
     p.add_argument("--detect-interval", type=int, default=None, help="detect every K frames, track between")
@@ -41,6 +42,7 @@ def _settings(args: argparse.Namespace) -> PipelineSettings:
         "swapper_model": args.swapper_model,
         "recognizer_model": args.recognizer_model,
         "enhance_blend": args.enhance_blend,
+        "mouth_mask": args.mouth_mask,
         "faces": args.faces,
         "detect_interval": args.detect_interval,
     }

@@ -9,6 +9,7 @@ import pytest
 
 from app.pipeline.align import TEMPLATES, AlignSpec, estimate_matrix, transform_points, warp_crop
 from app.pipeline.detect import RetinaFaceDetector
+from app.pipeline.factory import build_pipeline
 from app.pipeline.landmarks import FaceMeshLandmarker, five_points, mesh_template
 from app.pipeline.mesh import MeshEngine, openness
 from app.pipeline.mesh_warp import MOUTH_OPENING, hole_mask
@@ -16,6 +17,7 @@ from app.pipeline.pipeline import FramePipeline, PipelineConfig
 from app.pipeline.swap import SwapItem
 from app.pipeline.types import Image
 from app.runtime.onnx import OnnxModel
+from app.settings import BatchingSettings, PipelineSettings
 from engines.store import ModelStore
 
 
@@ -115,3 +117,22 @@ def test_pipeline_with_the_mesh_engine_swaps_every_face(
     for face in result.faces:
         x0, y0, x1, y1 = (int(v) for v in face.box)
         assert np.any(result.image[y0:y1, x0:x1] != t1[y0:y1, x0:x1])
+
+
+def test_the_server_path_batches_the_mesh_engine_like_any_stage(store: ModelStore, astronaut: Image, t1: Image) -> None:
+    settings = PipelineSettings(engine="mesh", threads=1)
+    direct = build_pipeline(settings, store)
+    shared = build_pipeline(settings, store, batching=BatchingSettings())
+    try:
+        source = direct.prepare_source(astronaut)
+        frames = [t1, astronaut]
+        alone = [r.image for r in direct.process(frames, source)]
+        together = [r.image for r in shared.process(frames, source, session="a")]
+        assert shared.engine.name == "mesh"
+        for a, b in zip(alone, together, strict=True):
+            # The shared detector letterboxes frames onto one canvas, so faces sit a fraction of a pixel apart.
+            assert np.abs(a.astype(float) - b.astype(float)).mean() < 0.5
+        assert np.abs(together[0].astype(float) - t1.astype(float)).mean() > 1.0  # t1's six faces were swapped
+    finally:
+        shared.close()
+        direct.close()

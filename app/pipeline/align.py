@@ -37,6 +37,9 @@ TEMPLATES: dict[str, np.ndarray] = {
          [0.39308822, 0.72541100], [0.61150205, 0.72490465]]
     ),
 }  # fmt: skip
+# The mesh engine's crop: the face_mesh ROI framed tighter (landmark box × 1.2 instead of × 1.5), so paste-back
+# touches 0.64× the pixels; the landmark model still sees its own framing (app.pipeline.landmarks.CropLandmarks).
+TEMPLATES["face_mesh_tight"] = (TEMPLATES["face_mesh"] - 0.5) * (1.5 / 1.2) + 0.5
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ import cv2
 import numpy as np
 import numpy.typing as npt
 
+from app.pipeline.align import TEMPLATES, AlignSpec
 from app.pipeline.stage import DEFAULT_SESSION
 from app.pipeline.types import Image, Points
 from app.runtime.model import Model
@@ -78,6 +79,39 @@ def mesh_template() -> np.ndarray:
     template = (five_points(np.hstack([xy, np.zeros((len(xy), 1))])) - corner) / side
     template.setflags(write=False)
     return template
+
+
+class CropLandmarks:
+    """Dense landmarks on crops aligned by any template: each crop is framed as the model wants (edges
+    replicated where the crop is tighter than the model's ROI) and the points are mapped back to the crop."""
+
+    def __init__(self, landmarker: "FaceMeshLandmarker", spec: AlignSpec) -> None:
+        self.landmarker = landmarker
+        source = TEMPLATES[spec.template] * spec.size
+        target = TEMPLATES["face_mesh"] * INPUT_SIZE
+        matrix, _ = cv2.estimateAffinePartial2D(source, target)
+        self.to_roi = np.asarray(matrix, np.float64)
+        self.from_roi = cv2.invertAffineTransform(self.to_roi)
+
+    def process(self, crops: list[Image]) -> list[Mesh | None]:
+        rois = [
+            np.asarray(
+                cv2.warpAffine(
+                    crop, self.to_roi, (INPUT_SIZE, INPUT_SIZE), flags=cv2.INTER_LINEAR, borderMode=cv2.BORDER_REPLICATE
+                ),
+                np.uint8,
+            )
+            for crop in crops
+        ]
+        out: list[Mesh | None] = []
+        for mesh in self.landmarker.process(rois):
+            if mesh is None:
+                out.append(None)
+                continue
+            xy = mesh[:, :2] @ self.from_roi[:, :2].T + self.from_roi[:, 2]
+            z = mesh[:, 2:] * float(np.sqrt(abs(np.linalg.det(self.from_roi[:, :2]))))
+            out.append(np.hstack([xy, z]).astype(np.float32))
+        return out
 
 
 class FaceMeshLandmarker:

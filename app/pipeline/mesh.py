@@ -17,7 +17,7 @@ import numpy.typing as npt
 
 from app.pipeline.align import AlignSpec, estimate_matrix, transform_points, warp_crop
 from app.pipeline.color import lab_stats, transfer_color
-from app.pipeline.landmarks import ROI_SCALE, FaceMeshLandmarker, Mesh, five_points
+from app.pipeline.landmarks import CropLandmarks, FaceMeshLandmarker, Mesh, five_points
 from app.pipeline.mesh_warp import (
     LEFT_EYE_OPENING,
     MOUTH_OPENING,
@@ -35,11 +35,12 @@ from app.pipeline.types import Face, Image
 
 STATS_SIZE = 64  # colour statistics on thumbnails: the same means and spreads, far cheaper
 GAIN_LIMITS = (0.67, 1.5)
+CROP_FRAMING = 1.2  # the crop's side over the face's landmark box (the face_mesh_tight template)
 
 
 @dataclass(frozen=True)
 class MeshConfig:
-    size: int = 320  # crop side: the face spans about two thirds of it
+    size: int = 288  # crop side: the face (its landmark box) spans 1/1.2 of it, 240 px
     grid_face: int = 160  # geometry is computed with the face at most this many pixels wide, maps upsampled
     hole_feather: float = 0.006  # sigma of the mouth/eye hole edges, as a fraction of the crop
     keep_eyes: float = 1.0  # show the target's own eyes (gaze, blinks) inside the lids: 0 the source's .. 1
@@ -60,10 +61,11 @@ class MeshEngine:
     def __init__(self, landmarker: FaceMeshLandmarker, config: MeshConfig | None = None) -> None:
         self.landmarker = landmarker
         self.config = config or MeshConfig()
-        self.align = AlignSpec("face_mesh", self.config.size)
+        self.align = AlignSpec("face_mesh_tight", self.config.size)
         self.model_key = f"mesh:{self.config.size}"
+        self.crop_landmarks = CropLandmarks(landmarker, self.align)
         # the grid is a whole fraction of the crop, so maps upsample by an integer factor
-        self.scale = float(max(1, int(np.ceil(self.config.size / ROI_SCALE / self.config.grid_face))))
+        self.scale = float(max(1, int(np.ceil(self.config.size / CROP_FRAMING / self.config.grid_face))))
         self.grid = int(np.ceil(self.config.size / self.scale))
 
     def prepare(self, image: Image, face: Face) -> PreparedSource:
@@ -71,11 +73,11 @@ class MeshEngine:
         spec = self.align
         matrix = estimate_matrix(face.landmarks, spec)
         crop = warp_crop(image, matrix, spec.size)
-        (mesh,) = self.landmarker.process([crop])
+        (mesh,) = self.crop_landmarks.process([crop])
         if mesh is not None:
             refined = transform_points(five_points(mesh), cv2.invertAffineTransform(matrix)).astype(np.float32)
             crop = warp_crop(image, estimate_matrix(refined, spec), spec.size)
-            (again,) = self.landmarker.process([crop])
+            (again,) = self.crop_landmarks.process([crop])
             mesh = again if again is not None else None
         if mesh is None:
             raise ValueError("the face landmark model found no face in the source crop")
@@ -89,7 +91,7 @@ class MeshEngine:
 
     def process(self, batch: list[SwapItem], *, session: str = DEFAULT_SESSION) -> list[Image]:
         check_sources(self, batch)
-        meshes = self.landmarker.process([item.crop for item in batch])
+        meshes = self.crop_landmarks.process([item.crop for item in batch])
         return [
             item.crop.copy() if mesh is None else self.swap_one(item.crop, item.source.data, mesh)
             for item, mesh in zip(batch, meshes, strict=True)

@@ -9,8 +9,7 @@ import cv2
 import numpy as np
 import numpy.typing as npt
 
-from app.pipeline.align import TEMPLATES, AlignSpec
-from app.pipeline.landmarks import INPUT_SIZE, FaceMeshLandmarker, Mesh
+from app.pipeline.landmarks import CropLandmarks, FaceMeshLandmarker, Mesh
 from app.pipeline.stage import DEFAULT_SESSION
 from app.pipeline.swap import PreparedSource, SwapEngine, SwapItem
 from app.pipeline.types import Face, Image
@@ -41,14 +40,6 @@ def mouth_region(mesh: np.ndarray, shape: tuple[int, int]) -> npt.NDArray[np.flo
     return np.asarray(np.maximum(core, faded), np.float32)
 
 
-def crop_to_mesh_roi(spec: AlignSpec) -> np.ndarray:
-    """The 2×3 matrix from a crop aligned by `spec` to the landmark model's ROI (the face_mesh template)."""
-    source = TEMPLATES[spec.template] * spec.size
-    target = TEMPLATES["face_mesh"] * INPUT_SIZE
-    matrix, _ = cv2.estimateAffinePartial2D(source, target)
-    return np.asarray(matrix, np.float64)
-
-
 class MouthKeepingEngine:
     """Any swap engine, with the target's mouth blended back in by `amount` (0..1)."""
 
@@ -59,27 +50,14 @@ class MouthKeepingEngine:
         self.name = inner.name
         self.align = inner.align
         self.model_key = inner.model_key  # prepared identities stay valid: the source side is unchanged
-        self._to_roi = crop_to_mesh_roi(inner.align)
-        self._from_roi = cv2.invertAffineTransform(self._to_roi)
+        self._landmarks = CropLandmarks(landmarker, inner.align)
 
     def prepare(self, image: Image, face: Face) -> PreparedSource:
         return self.inner.prepare(image, face)
 
     def landmarks(self, crops: list[Image]) -> list[Mesh | None]:
-        """Dense landmarks in each crop's pixels (the crop framed as the landmark model wants first)."""
-        rois = [
-            np.asarray(cv2.warpAffine(crop, self._to_roi, (INPUT_SIZE, INPUT_SIZE), flags=cv2.INTER_LINEAR), np.uint8)
-            for crop in crops
-        ]
-        meshes = self.landmarker.process(rois)
-        out: list[Mesh | None] = []
-        for mesh in meshes:
-            if mesh is None:
-                out.append(None)
-                continue
-            xy = mesh[:, :2] @ self._from_roi[:, :2].T + self._from_roi[:, 2]
-            out.append(np.hstack([xy, mesh[:, 2:]]).astype(np.float32))
-        return out
+        """Dense landmarks in each crop's pixels."""
+        return self._landmarks.process(crops)
 
     def close(self) -> None:
         self.inner.close()

@@ -1,10 +1,11 @@
 """Dense face landmarks: MediaPipe's 468-point face mesh on face crops, and the canonical mesh it lives on.
 
 The model sees a 192×192 RGB ROI in which the face (its landmarks' bounding box) fills two thirds of the side,
-upright. Crops aligned by five points onto `MESH_TEMPLATE` are such ROIs: the template is the canonical mesh's
-own frontal projection, framed the way MediaPipe frames its ROIs (landmark box × 1.5, square). So a face crop
-from the detector's five points needs one model pass, and a face tracked from the previous frame's landmarks
-needs one too (`five_points` gives those five points back).
+upright. Crops aligned by five points onto `mesh_template` (align's "face_mesh") are such ROIs: the template
+is the canonical mesh's own frontal projection, framed the way MediaPipe frames its ROIs (landmark box × 1.5,
+square). So a face crop from the detector's five points needs one model pass, and a face tracked from the
+previous frame's landmarks needs one too (`five_points` gives those five points back). Crops aligned on any
+other template reach the model through one fixed warp (`CropLandmarks`).
 """
 
 import json

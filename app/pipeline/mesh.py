@@ -2,7 +2,7 @@
 468-point face mesh, so the target's expression and head pose are followed, while the target keeps its own
 mouth interior and eye openings.
 
-Per face: dense landmarks on the target crop (one model pass: the crop is already framed as the landmark
+Per face: dense landmarks on the target crop (one model pass: a fixed warp frames the crop as the landmark
 model wants), the piecewise-affine maps on a small grid (app.pipeline.mesh_warp), one remap of the source
 texture, colour matched to the target in LAB on thumbnails, and a blend through a mask defined in canonical
 texture space (brows to chin, inside the cheek silhouette) minus the target's mouth and eye openings.

@@ -15,6 +15,7 @@ import cv2
 import numpy as np
 import numpy.typing as npt
 
+from app.errors import UserError
 from app.pipeline.align import AlignSpec, estimate_matrix, transform_points, warp_crop
 from app.pipeline.color import lab_stats, transfer_color
 from app.pipeline.landmarks import CropLandmarks, FaceMeshLandmarker, Mesh, five_points
@@ -64,9 +65,10 @@ class MeshEngine:
         self.align = AlignSpec("face_mesh_tight", self.config.size)
         self.model_key = f"mesh:{self.config.size}"
         self.crop_landmarks = CropLandmarks(landmarker, self.align)
-        # the grid is a whole fraction of the crop, so maps upsample by an integer factor
-        self.scale = float(max(1, int(np.ceil(self.config.size / CROP_FRAMING / self.config.grid_face))))
-        self.grid = int(np.ceil(self.config.size / self.scale))
+        # geometry on a grid where the face is at most grid_face pixels; `scale` crop pixels per grid pixel
+        factor = max(1, int(np.ceil(self.config.size / CROP_FRAMING / self.config.grid_face)))
+        self.grid = int(np.ceil(self.config.size / factor))
+        self.scale = self.config.size / self.grid
 
     def prepare(self, image: Image, face: Face) -> PreparedSource:
         """The source texture, framed by a second landmark pass (the detector's five points frame it roughly)."""
@@ -80,7 +82,7 @@ class MeshEngine:
             (again,) = self.crop_landmarks.process([crop])
             mesh = again if again is not None else None
         if mesh is None:
-            raise ValueError("the face landmark model found no face in the source crop")
+            raise UserError("the face landmark model finds no face in this photo: use a sharper, more frontal one")
         record = np.zeros(1, source_record_dtype(spec.size))
         record["texture"][0] = crop
         record["mesh"][0] = mesh

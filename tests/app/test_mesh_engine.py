@@ -7,6 +7,7 @@ import cv2
 import numpy as np
 import pytest
 
+from app.errors import UserError
 from app.pipeline.align import TEMPLATES, AlignSpec, estimate_matrix, transform_points, warp_crop
 from app.pipeline.detect import RetinaFaceDetector
 from app.pipeline.factory import build_pipeline
@@ -15,7 +16,7 @@ from app.pipeline.mesh import MeshEngine, openness
 from app.pipeline.mesh_warp import MOUTH_OPENING, hole_mask
 from app.pipeline.pipeline import FramePipeline, PipelineConfig
 from app.pipeline.swap import SwapItem
-from app.pipeline.types import Image
+from app.pipeline.types import Face, Image
 from app.runtime.onnx import OnnxModel
 from app.settings import BatchingSettings, PipelineSettings
 from engines.store import ModelStore
@@ -136,3 +137,10 @@ def test_the_server_path_batches_the_mesh_engine_like_any_stage(store: ModelStor
     finally:
         shared.close()
         direct.close()
+
+
+def test_a_source_without_a_face_for_the_landmarks_is_a_user_error(engine: MeshEngine, astronaut: Image) -> None:
+    wall = np.full_like(astronaut, 128)
+    points = np.array([[200, 200], [260, 200], [230, 240], [205, 270], [255, 270]], np.float32)
+    with pytest.raises(UserError, match="no face"):
+        engine.prepare(wall, Face(np.array([170, 150, 290, 310], np.float32), 0.9, points))

@@ -12,6 +12,7 @@ from pydantic import BaseModel
 from starlette.datastructures import UploadFile
 from starlette.formparsers import MultiPartException, MultiPartParser
 
+from app.errors import UserError
 from app.identity.images import ImageInfo, ImageRejected, decode_image, sniff_format
 from app.identity.photo_check import source_warnings
 from app.identity.store import Identity
@@ -120,7 +121,10 @@ def _analyse(
         face = faces[face_index]
     else:
         raise ImageRejected(422, f"the image has {len(faces)} face(s); face_index {face_index} does not exist")
-    prepared = pipeline.engine.prepare(image, face)
+    try:
+        prepared = pipeline.engine.prepare(image, face)
+    except UserError as exc:  # the engine cannot use this face (e.g. no dense landmarks on it)
+        raise ImageRejected(422, str(exc)) from None
     return info, len(faces), prepared, _thumbnail(image, face)
 
 

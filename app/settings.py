@@ -18,6 +18,7 @@ class PipelineSettings(BaseSettings):
     engine: EngineName = "mesh"  # weightless and follows expression and pose; inswapper needs weights users bring
     landmark_model: str = "face_mesh_468"
     mouth_mask: float = Field(0.0, ge=0.0, le=1.0)  # keep the target's own mouth: 0 off, 1 lips and inside
+    mesh_shape: float = Field(0.0, ge=0.0, le=1.0)  # mesh engine: inner face toward the source's proportions
     swapper_model: str = "inswapper_128"
     recognizer_model: str = "arcface_w600k_r50"
     detector_model: str = "retinaface_mnet025"

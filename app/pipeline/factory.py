@@ -75,7 +75,9 @@ def load_landmarker(store: ModelStore, settings: PipelineSettings) -> FaceMeshLa
 
 def build_engine(settings: PipelineSettings, store: ModelStore) -> SwapEngine:
     if settings.engine == "mesh":
-        config = MeshConfig(mouth_mask=settings.mouth_mask, color_strength=settings.color_strength)
+        config = MeshConfig(
+            mouth_mask=settings.mouth_mask, color_strength=settings.color_strength, shape=settings.mesh_shape
+        )
         return MeshEngine(load_landmarker(store, settings), config)
     engine = build_swap_engine(settings, store)
     if settings.mouth_mask > 0:

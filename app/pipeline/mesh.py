@@ -14,12 +14,14 @@ from dataclasses import dataclass
 import cv2
 import numpy as np
 import numpy.typing as npt
+from skimage.transform import SimilarityTransform
 
 from app.errors import UserError
 from app.pipeline.align import AlignSpec, estimate_matrix, transform_points, warp_crop
 from app.pipeline.color import lab_stats, transfer_color
 from app.pipeline.landmarks import CropLandmarks, FaceMeshLandmarker, Mesh, five_points
 from app.pipeline.mesh_warp import (
+    FACE_OVAL,
     LEFT_EYE_OPENING,
     MOUTH_OPENING,
     RIGHT_EYE_OPENING,
@@ -29,7 +31,7 @@ from app.pipeline.mesh_warp import (
     upsample,
     uv_mask,
 )
-from app.pipeline.mouth import mouth_region
+from app.pipeline.mouth import OUTER_LIPS, mouth_region
 from app.pipeline.stage import DEFAULT_SESSION
 from app.pipeline.swap import PreparedSource, SwapItem, check_sources
 from app.pipeline.types import Face, Image
@@ -46,6 +48,7 @@ class MeshConfig:
     hole_feather: float = 0.006  # sigma of the mouth/eye hole edges, as a fraction of the crop
     keep_eyes: float = 1.0  # show the target's own eyes (gaze, blinks) inside the lids: 0 the source's .. 1
     mouth_mask: float = 0.0  # keep the target's own lips too (app.pipeline.mouth): 0 off .. 1
+    shape: float = 0.0  # pull the inner face toward the source's proportions (lips, lids, outline stay): 0 .. 1
     color_strength: float = 1.0
 
 
@@ -103,7 +106,8 @@ class MeshEngine:
         size, grid, scale = self.config.size, self.grid, self.scale
         texture = record["texture"][0]
         source_mesh = record["mesh"][0]
-        maps = mesh_maps(target_mesh, source_mesh, grid, scale)
+        geometry = shaped(target_mesh, source_mesh, self.config.shape) if self.config.shape > 0 else target_mesh
+        maps = mesh_maps(geometry, source_mesh, grid, scale)
         mask = sample_uv_mask(maps, uv_mask())
         mask *= 1.0 - self._holes(target_mesh)
         if self.config.mouth_mask > 0:
@@ -155,6 +159,25 @@ class MeshEngine:
         base = under.astype(np.float32)
         out[y0:y1, x0:x1] = np.clip(base + alpha[..., None] * (moved - base) + 0.5, 0, 255).astype(np.uint8)
         return out
+
+
+_KEPT_IN_PLACE = np.array(
+    sorted({*FACE_OVAL, *OUTER_LIPS, *MOUTH_OPENING, *LEFT_EYE_OPENING, *RIGHT_EYE_OPENING}), np.int64
+)
+
+
+def shaped(target_mesh: np.ndarray, source_mesh: np.ndarray, amount: float) -> np.ndarray:
+    """The target mesh with its inner vertices moved `amount` of the way to the source's, the source mesh laid
+    onto the target by a similarity fit; the outline, lips and eyelids stay where the target has them, so
+    expression and the blend's edge are unchanged."""
+    target_xy = np.asarray(target_mesh, np.float64)[:, :2]
+    source_xy = np.asarray(source_mesh, np.float64)[:, :2]
+    laid = SimilarityTransform.from_estimate(source_xy, target_xy)(source_xy)  # least squares (Umeyama)
+    moved = np.array(target_mesh, np.float32, copy=True)
+    weight = np.full(len(moved), float(np.clip(amount, 0.0, 1.0)))
+    weight[_KEPT_IN_PLACE] = 0.0
+    moved[:, :2] = target_xy + weight[:, None] * (laid - target_xy)
+    return moved
 
 
 def _thumbnail(image: np.ndarray) -> np.ndarray:

@@ -12,8 +12,9 @@ from app.pipeline.align import TEMPLATES, AlignSpec, estimate_matrix, transform_
 from app.pipeline.detect import RetinaFaceDetector
 from app.pipeline.factory import build_pipeline
 from app.pipeline.landmarks import FaceMeshLandmarker, five_points, mesh_template
-from app.pipeline.mesh import MeshEngine, openness
-from app.pipeline.mesh_warp import MOUTH_OPENING, hole_mask
+from app.pipeline.mesh import MeshConfig, MeshEngine, openness, shaped
+from app.pipeline.mesh_warp import FACE_OVAL, LEFT_EYE_OPENING, MOUTH_OPENING, RIGHT_EYE_OPENING, hole_mask
+from app.pipeline.mouth import OUTER_LIPS
 from app.pipeline.pipeline import FramePipeline, PipelineConfig
 from app.pipeline.swap import SwapItem
 from app.pipeline.types import Face, Image
@@ -144,3 +145,23 @@ def test_a_source_without_a_face_for_the_landmarks_is_a_user_error(engine: MeshE
     points = np.array([[200, 200], [260, 200], [230, 240], [205, 270], [255, 270]], np.float32)
     with pytest.raises(UserError, match="no face"):
         engine.prepare(wall, Face(np.array([170, 150, 290, 310], np.float32), 0.9, points))
+
+
+def test_shape_moves_the_inner_face_toward_the_source_but_not_lips_lids_or_outline(
+    detector: RetinaFaceDetector, engine: MeshEngine, astronaut: Image, t1: Image
+) -> None:
+    source = engine.prepare(t1, max(detector.process([t1])[0], key=lambda f: f.area))
+    target = _crop(detector, astronaut, engine.align)
+    (target_mesh,) = engine.crop_landmarks.process([target])
+    assert target_mesh is not None
+    source_mesh = source.data["mesh"][0]
+    half = shaped(target_mesh, source_mesh, 0.5)
+    kept = sorted({*FACE_OVAL, *OUTER_LIPS, *MOUTH_OPENING, *LEFT_EYE_OPENING, *RIGHT_EYE_OPENING})
+    assert np.array_equal(half[kept], target_mesh[kept])
+    moved = np.linalg.norm(half[:, :2] - target_mesh[:, :2], axis=1)
+    assert moved.max() > 1.0 and np.count_nonzero(moved > 1e-6) > 100
+    assert np.array_equal(shaped(target_mesh, source_mesh, 0.0), target_mesh)
+    with_shape = MeshEngine(engine.landmarker, MeshConfig(shape=0.5))
+    (plain,) = engine.process([SwapItem(target, source)])
+    (pulled,) = with_shape.process([SwapItem(target, source)])
+    assert np.abs(plain.astype(int) - pulled.astype(int)).mean() > 0.2

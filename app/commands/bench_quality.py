@@ -30,11 +30,11 @@ def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None
 
 
 def _engines(requested: tuple[str, ...] | None) -> tuple[str, ...]:
+    from app.model_store import open_model_store
     from app.settings import PipelineSettings
-    from engines.store import ModelStore
 
     if requested is None:
-        settings, store = PipelineSettings(), ModelStore()
+        settings, store = PipelineSettings(), open_model_store()
         present = all(store.status(n) == "verified" for n in (settings.swapper_model, settings.recognizer_model))
         return ("passthrough", "classic", "mesh", *(("inswapper",) if present else ()))
     unknown = [name for name in requested if name not in KNOWN]
@@ -54,12 +54,12 @@ def run(args: argparse.Namespace) -> int:
 
     from app.bench.face_measure import DlibMeasurer
     from app.bench.quality_bench import QualityBench, make_pairs, portraits
+    from app.model_store import open_model_store
     from app.pipeline.factory import build_pipeline
     from app.settings import PipelineSettings
-    from engines.store import ModelStore
 
     measurer = DlibMeasurer()  # fails early, with the install hint, where dlib is missing
-    store = ModelStore()
+    store = open_model_store()
     extra = {"threads": args.threads} if args.threads else {}
     pipelines = {name: build_pipeline(PipelineSettings(engine=name, faces="largest", **extra), store) for name in names}
     people = portraits(next(iter(pipelines.values())).detector)

@@ -5,7 +5,7 @@ import pytest
 
 from app.pipeline.align import estimate_matrix, warp_crop
 from app.pipeline.detect import RetinaFaceDetector
-from app.pipeline.factory import build_engine
+from app.pipeline.factory import build_swap_engine
 from app.pipeline.landmarks import FaceMeshLandmarker
 from app.pipeline.mouth import OUTER_LIPS, MouthKeepingEngine, mouth_region
 from app.pipeline.swap import ClassicEngine, SwapItem
@@ -53,8 +53,8 @@ def test_classic_with_the_mouth_mask_keeps_the_target_mouth(
 
 
 def test_settings_wrap_every_engine_but_mesh(store: ModelStore) -> None:
-    wrapped = build_engine(PipelineSettings(engine="classic", mouth_mask=0.7, threads=1), store)
+    wrapped = build_swap_engine(PipelineSettings(engine="classic", mouth_mask=0.7, threads=1), store)
     assert isinstance(wrapped, MouthKeepingEngine) and wrapped.amount == pytest.approx(0.7)
-    assert isinstance(build_engine(PipelineSettings(engine="classic", threads=1), store), ClassicEngine)
-    mesh = build_engine(PipelineSettings(engine="mesh", mouth_mask=0.7, threads=1), store)
+    assert isinstance(build_swap_engine(PipelineSettings(engine="classic", threads=1), store), ClassicEngine)
+    mesh = build_swap_engine(PipelineSettings(engine="mesh", mouth_mask=0.7, threads=1), store)
     assert mesh.name == "mesh" and not isinstance(mesh, MouthKeepingEngine)

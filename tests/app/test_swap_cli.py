@@ -10,6 +10,7 @@ import pytest
 from app.cli import main
 from app.media.clips import load_sample, make_motion_clip, write_clip
 from app.media.video_file import probe, read_frames, read_image, write_image
+from engines.store import ModelStore
 
 
 @pytest.fixture(scope="module")
@@ -107,13 +108,14 @@ def test_bad_input_gives_one_line_and_no_output(case: str, media: dict[str, Path
     assert set(tmp_path.rglob("*")) == before, "nothing may be left behind"
 
 
-def test_mesh_is_the_default_and_the_mouth_mask_keeps_the_target_mouth(media: dict[str, Path], tmp_path: Path) -> None:
+def test_mesh_is_the_default_and_the_mouth_mask_keeps_the_target_mouth(
+    media: dict[str, Path], tmp_path: Path, store: ModelStore
+) -> None:
     from app.pipeline.align import AlignSpec, estimate_matrix, warp_crop
     from app.pipeline.detect import DetectorConfig, RetinaFaceDetector
     from app.pipeline.landmarks import FaceMeshLandmarker
     from app.pipeline.mouth import mouth_region
     from app.runtime.onnx import OnnxModel
-    from engines.store import ModelStore
 
     target = tmp_path / "astronaut.png"
     write_image(target, load_sample("astronaut"))
@@ -125,7 +127,6 @@ def test_mesh_is_the_default_and_the_mouth_mask_keeps_the_target_mouth(media: di
     assert main([*base, "--output", str(kept), "--mouth-mask", "1"]) == 0
     original, swapped, with_mouth = read_image(target), read_image(plain), read_image(kept)
     # Where the mesh engine changed the lips, the mouth mask gives them back.
-    store = ModelStore()
     face = RetinaFaceDetector(OnnxModel(store.ensure("retinaface_mnet025"), threads=1), DetectorConfig()).process(
         [original]
     )[0][0]

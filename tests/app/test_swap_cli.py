@@ -139,5 +139,7 @@ def test_mesh_is_the_default_and_the_mouth_mask_keeps_the_target_mouth(
     changed = np.abs(crops[1][lips].astype(int) - crops[0][lips].astype(int)).mean()
     left = np.abs(crops[2][lips].astype(int) - crops[0][lips].astype(int)).mean()
     assert changed > 8.0 and left < 0.3 * changed, (changed, left)
-    assert main([*base, "--output", str(tmp_path / "bad.png"), "--mouth-mask", "2"]) != 0
+    with pytest.raises(SystemExit) as refused:  # out of range: refused while parsing, one error line
+        main([*base, "--output", str(tmp_path / "bad.png"), "--mouth-mask", "2"])
+    assert refused.value.code != 0
     assert not (tmp_path / "bad.png").exists()

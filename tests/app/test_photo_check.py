@@ -1,11 +1,14 @@
 """Upload warnings: a source photo with an open mouth or closed eyes is flagged, with the reason."""
 
+import cv2
 import pytest
 
+from app.identity.enrol import enrol
 from app.identity.photo_check import source_warnings
 from app.pipeline.detect import RetinaFaceDetector
 from app.pipeline.landmarks import FaceMeshLandmarker
 from app.pipeline.mesh import MeshEngine
+from app.pipeline.pipeline import FramePipeline
 from app.pipeline.swap import ClassicEngine, PreparedSource
 from app.pipeline.types import Image
 from app.runtime.onnx import OnnxModel
@@ -38,3 +41,12 @@ def test_open_mouth_is_flagged_and_closed_lips_are_not(
 def test_engines_without_landmarks_give_no_warnings(detector: RetinaFaceDetector, astronaut: Image) -> None:
     prepared = ClassicEngine().prepare(astronaut, detector.process([astronaut])[0][0])
     assert source_warnings(prepared) == []
+
+
+def test_enrolment_carries_the_warnings(detector: RetinaFaceDetector, engine: MeshEngine, astronaut: Image) -> None:
+    ok, png = cv2.imencode(".png", astronaut)
+    assert ok
+    enrolment = enrol(FramePipeline(detector, engine), png.tobytes(), max_pixels=4096 * 4096, face_index=None)
+    assert enrolment.prepared.model_key.startswith("mesh")
+    (warning,) = enrolment.warnings
+    assert "mouth is open" in warning

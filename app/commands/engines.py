@@ -2,6 +2,7 @@
 
 swapcast engines fp16 NAME [--block-op OP]...
 swapcast engines int8 NAME [--method minmax|entropy|percentile] [--per-channel|--no-per-channel] [--samples N]
+                      [--target onnxruntime|tensorrt] [--fp32-rest]
 swapcast engines build-trt NAME --precision fp16|int8|fp32 [--max-batch 32]
 swapcast bench-engines [--full] [--runs N] [--output FILE]
 
@@ -29,7 +30,7 @@ from engines.store import ModelStore, sha256_file
 if TYPE_CHECKING:
     import numpy as np
 
-    from engines.precision.int8 import CalibrationSet, Method
+    from engines.precision.int8 import CalibrationSet, Method, QdqTarget
     from engines.precision.quality import QualityReport
 
 log = logging.getLogger(__name__)
@@ -61,6 +62,18 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         metavar="NAME",
         help="swappers: recognizer for the identity latents (auto: SWAPCAST_RECOGNIZER_MODEL if present; none: "
         "random unit latents)",
+    )
+    int8.add_argument(
+        "--target",
+        choices=("onnxruntime", "tensorrt"),
+        default="onnxruntime",
+        help="onnxruntime: <model>.int8.onnx; tensorrt: <model>.int8-trt.onnx, the QDQ form TensorRT parses "
+        "(symmetric, FP32 biases), made and checked without a GPU",
+    )
+    int8.add_argument(
+        "--fp32-rest",
+        action="store_true",
+        help="tensorrt target: keep the layers that are not quantized in FP32 (default: FP16)",
     )
     int8.set_defaults(func=run_int8)
 
@@ -197,18 +210,29 @@ def make_int8(
     per_channel: bool = True,
     samples: int | None = None,
     recognizer: str | None = None,
+    target: QdqTarget = "onnxruntime",
+    float16_rest: bool = False,
 ) -> tuple[Path, QualityReport]:
-    """Write `<stem>.int8.onnx` and its record; returns (path, QualityReport on calibration inputs)."""
+    """Write `<stem>.int8.onnx` (or `<stem>.int8-trt.onnx` for TensorRT) and its record; returns (path,
+    QualityReport on calibration inputs)."""
     from app.calibration import calibration_set
     from engines.precision.int8 import quantize_int8
     from engines.precision.quality import measure
-    from engines.precision.variants import VariantRecord, variant_path, write_record
+    from engines.precision.variants import VariantRecord, tensorrt_qdq_path, variant_path, write_record
 
     source = source_for(store, name)
     calibration = calibration_set(store, name, source.runnable, samples, recognizer_model=recognizer)
-    dst = variant_path(source.original, "int8")
-    result = quantize_int8(source.runnable, dst, calibration, method=method, per_channel=per_channel)
-    quality = measure(source.runnable, dst, _verify_feeds(calibration))
+    dst = tensorrt_qdq_path(source.original) if target == "tensorrt" else variant_path(source.original, "int8")
+    result = quantize_int8(
+        source.runnable,
+        dst,
+        calibration,
+        method=method,
+        per_channel=per_channel,
+        target=target,
+        float16_rest=float16_rest,
+    )
+    quality = measure(source.runnable, dst, _verify_feeds(calibration), optimize=not float16_rest)
     write_record(
         dst,
         VariantRecord(
@@ -241,6 +265,8 @@ def run_fp16(args: argparse.Namespace) -> int:
 def run_int8(args: argparse.Namespace) -> int:
     if args.samples is not None and args.samples < 1:
         raise UserError("--samples must be at least 1")
+    if args.fp32_rest and args.target != "tensorrt":
+        raise UserError("--fp32-rest is for --target tensorrt")
     store = ModelStore()
     registry.get_entry(args.name)
     path, quality = make_int8(
@@ -250,6 +276,8 @@ def run_int8(args: argparse.Namespace) -> int:
         per_channel=args.per_channel,
         samples=args.samples,
         recognizer=_recognizer(args.recognizer, store),
+        target=args.target,
+        float16_rest=args.target == "tensorrt" and not args.fp32_rest,
     )
     print(f"{args.name}: {path} ({_size(path)}); vs FP32 on calibration inputs: {quality.describe()}")
     return 0

@@ -3,7 +3,8 @@
 Variants sit beside the model file they were made from, named after its stem:
 
     <stem>.fp16.onnx  + <stem>.fp16.json      FP16 (ONNX)
-    <stem>.int8.onnx  + <stem>.int8.json      INT8 QDQ (ONNX)
+    <stem>.int8.onnx  + <stem>.int8.json      INT8 QDQ (ONNX), for ONNX Runtime
+    <stem>.int8-trt.onnx + .json              INT8 QDQ in the form TensorRT parses (engines.precision.int8)
     <stem>.<gpu>.<precision>.engine + .json   TensorRT engines (see engines.tensorrt.manifest)
 
 The record names the source's sha256, so a variant made from another version of the model is refused,
@@ -33,6 +34,12 @@ def variant_path(model_path: Path, precision: Precision) -> Path:
     if precision == "fp32":
         return model_path
     return model_path.with_name(f"{model_path.stem}.{precision}.onnx")
+
+
+def tensorrt_qdq_path(model_path: Path) -> Path:
+    """`<stem>.int8-trt.onnx`: the INT8 QDQ graph made for TensorRT (symmetric, FP32 biases)."""
+    model_path = Path(model_path)
+    return model_path.with_name(f"{model_path.stem}.int8-trt.onnx")
 
 
 def record_path(artifact: Path) -> Path:

@@ -7,8 +7,9 @@
   INT8 is calibrated by an entropy calibrator (`engines.tensorrt.calibrator`) fed by the CalibrationSet,
   with a calibration cache file, and FP16 is allowed beside it for layers without INT8 kernels.
   TensorRT 11 removed those flags and calibrators ("strongly-typed" mode): the network is parsed from
-  an FP16 ONNX (`engines.precision.fp16`, inputs and outputs kept FP32) or from a QDQ ONNX with symmetric
-  activations (`engines.precision.int8`), made here from the same source and calibration data.
+  an FP16 ONNX (`engines.precision.fp16`, inputs and outputs kept FP32) or from the TensorRT form of the
+  QDQ ONNX (`engines.precision.int8`, target "tensorrt": symmetric, FP32 biases, the layers that are
+  not quantized in FP16), made here from the same source and calibration data.
 * A timing cache file shared between builds on one GPU and TensorRT version, read before and written
   after each build.
 * The engine is written atomically, then its manifest (`engines.tensorrt.manifest`).
@@ -150,7 +151,7 @@ def _strongly_typed_source(source: Path, precision: EnginePrecision, options: Bu
         if options.calibration is None:
             raise ModelError("an INT8 engine needs calibration data")
         return quantize_int8(
-            source, work / f"{source.stem}.qdq.onnx", options.calibration, symmetric_activations=True
+            source, work / f"{source.stem}.qdq.onnx", options.calibration, target="tensorrt", float16_rest=True
         ).path
     return source
 

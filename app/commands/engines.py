@@ -319,7 +319,6 @@ def run_build_trt(args: argparse.Namespace) -> int:
         workspace_gib=args.workspace_gib,
         timing_cache=source.original.parent / f"timing.{platform.slug}.trt{platform.tensorrt_version}.cache",
         calibration=calibration,
-        calibration_cache=engine.with_suffix(".calibration.cache"),
     )
     try:
         manifest = build_engine(source.runnable, engine, model=args.name, source_sha256=source.sha256, options=options)

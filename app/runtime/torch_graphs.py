@@ -64,14 +64,14 @@ def keep_shape_constants_on_host(module: Any) -> int:
             if key == 0 and type(inner).__name__ != "OnnxConstantOfShape":
                 continue  # the data input
             if isinstance(arg, torch.fx.Node) and arg.op == "get_attr":
-                host[key] = _attribute(module, arg.target).detach().to("cpu").clone()
+                host[key] = _attribute(module, str(arg.target)).detach().to("cpu").clone()
                 if isinstance(key, int):
                     args[key] = None
                 else:
                     kwargs[key] = None
         if not host:
             continue
-        wrapper = _HostWrapped(inner, host)
+        wrapper = _host_wrapped(inner, host)
         _set_submodule(module, node.target, wrapper)
         node.args = tuple(args)
         node.kwargs = kwargs
@@ -101,13 +101,15 @@ def _host_wrapper_class() -> type:
     from torch import nn
 
     class HostWrapped(nn.Module):
-        """An nn.Module form of HostArguments: the CPU tensors are plain attributes, so `.to(device)`
-        and `.half()` leave them alone."""
+        """Calls `inner` with some arguments replaced by CPU tensors. They are a plain attribute, not
+        buffers, so `.to(device)` and `.half()` leave them on the CPU in their own dtype."""
+
+        host: dict[int | str, Any]
 
         def __init__(self, inner: nn.Module, host: dict[int | str, Any]) -> None:
             super().__init__()
             self.inner = inner
-            self.__dict__["host"] = host  # not buffers: must stay on the CPU and keep their dtype
+            self.__dict__["host"] = host
 
         def forward(self, *args: Any, **kwargs: Any) -> Any:
             args = tuple(self.host.get(i, a) for i, a in enumerate(args))
@@ -120,7 +122,8 @@ def _host_wrapper_class() -> type:
 _wrapper: type | None = None
 
 
-def _HostWrapped(inner: Any, host: dict[int | str, Any]) -> Any:  # noqa: N802 - a lazily made class
+def _host_wrapped(inner: Any, host: dict[int | str, Any]) -> Any:
+    """A HostWrapped module (its class is made on first use: this module imports without torch)."""
     global _wrapper
     if _wrapper is None:
         _wrapper = _host_wrapper_class()

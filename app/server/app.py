@@ -8,6 +8,7 @@ from fastapi import FastAPI
 from fastapi.responses import FileResponse
 from fastapi.staticfiles import StaticFiles
 
+from app.server.errors import install_error_handlers
 from app.server.limits import BodyLimitMiddleware
 from app.server.routes import health, identities, sessions, streams
 from app.server.routes.identities import upload_limit
@@ -48,6 +49,7 @@ def create_app(
         return settings.max_json_bytes
 
     app.add_middleware(BodyLimitMiddleware, limit_for=limit_for)
+    install_error_handlers(app, settings)
     app.include_router(health.router)
     app.include_router(identities.router)
     app.include_router(sessions.router)

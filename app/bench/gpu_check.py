@@ -93,6 +93,15 @@ def feeds_for(name: str, batch: int, seed: int = 0) -> dict[str, np.ndarray]:
     return feeds
 
 
+def profile_dims(name: str) -> dict[str, tuple[int, int, int]]:
+    """TensorRT profile ranges of the free axes: the detector up to 640, enhancer crops up to 256."""
+    if name == "retinaface_mnet025":
+        return {"height": (32, 480, 640), "width": (32, 640, 640)}
+    if name.startswith("realesr"):
+        return {"height": (32, 128, 256), "width": (32, 128, 256)}
+    return {}
+
+
 def max_abs(a: list[np.ndarray], b: list[np.ndarray]) -> float:
     return max(float(np.abs(x.astype(np.float32) - y.astype(np.float32)).max()) for x, y in zip(a, b, strict=True))
 
@@ -112,6 +121,9 @@ class Check:
         self.deadline = time.monotonic() + args.budget
         self.report: dict[str, Any] = {"dry": args.dry, "budget_s": args.budget, "sections": {}}
         self.gpu = cuda_ready() and not args.dry
+        # Engines and batch-dynamic rewrites go here, never beside the user's models.
+        self.work = Path(args.output).resolve().parent / ".gpu-check-work"
+        self.work.mkdir(parents=True, exist_ok=True)
         from engines.store import ModelStore
 
         self.store = ModelStore(args.model_dir) if args.model_dir else ModelStore()
@@ -192,9 +204,20 @@ class Check:
         return {"status": status, "returncode": done.returncode, "summary": summary, "tail": done.stdout[-3000:]}
 
     def _runnable(self, name: str) -> Path:
-        from app.commands.engines import source_for
+        """The model's file, or its batch-dynamic rewrite (in the check's own folder) when its batch is fixed."""
+        import onnx
 
-        return source_for(self.store, name).runnable
+        from engines.onnx_batch import make_batch_dynamic
+
+        original = self.store.ensure(name)
+        model = onnx.load(str(original), load_external_data=False)
+        initializers = {init.name for init in model.graph.initializer}
+        first = next(value for value in model.graph.input if value.name not in initializers)
+        dims = first.type.tensor_type.shape.dim
+        if not (dims and dims[0].HasField("dim_value") and dims[0].dim_value == 1):
+            return original
+        dynamic = self.work / f"{original.stem}.dynamic.onnx"
+        return dynamic if dynamic.is_file() else make_batch_dynamic(original, dynamic)
 
     def torch(self) -> dict[str, Any]:
         if not has("torch") or not has("onnx2torch"):
@@ -317,35 +340,34 @@ class Check:
         return {"status": "failed" if failed else "ok", "engines": models}
 
     def _tensorrt_model(self, name: str, precision: str) -> dict[str, Any]:
-        from app.commands.engines import _profile_dims, source_for
         from app.runtime.onnx import OnnxModel
         from app.runtime.tensorrt import TensorRTModel
         from engines.tensorrt.build import BuildOptions, build_engine
         from engines.tensorrt.manifest import engine_path, probe_platform
 
         platform = probe_platform()
-        source = source_for(self.store, name)
+        runnable = self._runnable(name)
+        sha256, _ = self.store.expected(name)
         calibration = None
         if precision == "int8":
             from app.calibration import calibration_set
 
-            calibration = calibration_set(self.store, name, source.runnable, 16)
-        engine = engine_path(source.original, platform.gpu_name, precision)
-        dims = _profile_dims(name, 640) or {}
+            calibration = calibration_set(self.store, name, runnable, 16)
+        engine = engine_path(self.work / f"{name}.onnx", platform.gpu_name, precision)
         options = BuildOptions(
             precision=precision,  # type: ignore[arg-type]
             max_batch=8,
-            dims=dims,
+            dims=profile_dims(name),
             calibration=calibration,
-            timing_cache=source.original.parent / f"timing.{platform.slug}.trt{platform.tensorrt_version}.cache",
+            timing_cache=self.work / f"timing.{platform.slug}.trt{platform.tensorrt_version}.cache",
         )
         started = time.monotonic()
-        manifest = build_engine(source.runnable, engine, model=name, source_sha256=source.sha256, options=options)
+        manifest = build_engine(runnable, engine, model=name, source_sha256=sha256 or "", options=options)
         result: dict[str, Any] = {"build_s": round(time.monotonic() - started, 1), "build_mode": manifest.build_mode}
         result["rewrites"] = list(manifest.rewrites)
         feeds = feeds_for(name, 2)
-        want = OnnxModel(source.runnable).run(feeds)
-        with TensorRTModel(engine, source_sha256=source.sha256, platform=platform) as model:
+        want = OnnxModel(runnable).run(feeds)
+        with TensorRTModel(engine, source_sha256=sha256 or "", platform=platform) as model:
             got = model.run(feeds)
             result["max_abs_vs_onnxruntime"] = max_abs(got, want)
             result["p50_ms_batch2"] = p50_ms(lambda: model.run(feeds))

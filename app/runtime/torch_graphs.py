@@ -10,19 +10,20 @@
   error mode, and a capture synchronises the device and empties the allocator's cache. Every model run
   therefore holds `gpu_work.shared()`; a capture holds `gpu_work.exclusive()` (no run of another model
   in flight) and captures in "thread_local" mode.
-* Outcomes of every capture are counted per model in `swapcast_cuda_graph_captures_total`.
+* Outcomes of every capture are counted per model; `CaptureCollector` shows them in a server's registry
+  as `swapcast_cuda_graph_captures_total`.
 """
 
 from __future__ import annotations
 
+import collections
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter
-
-from app.runtime.metric_families import families_for
+from prometheus_client.core import CounterMetricFamily, Metric
+from prometheus_client.registry import Collector
 
 # onnx2torch modules that read their non-data arguments on the host.
 HOST_READING_MODULES = frozenset(
@@ -190,14 +191,30 @@ gpu_work = SharedExclusiveLock()
 """Held shared by every model run on a GPU, exclusively by a CUDA-graph capture."""
 
 
-def _capture_counter(registry: CollectorRegistry) -> Counter:
-    return Counter(
-        "swapcast_cuda_graph_captures_total",
-        "CUDA-graph captures by model and outcome (captured, failed, dynamic_shapes, over_limit).",
-        ["model", "outcome"],
-        registry=registry,
-    )
+_captures: collections.Counter[tuple[str, str]] = collections.Counter()
+_captures_lock = threading.Lock()
 
 
-def count_capture(model: str, outcome: str, registry: CollectorRegistry | None = None) -> None:
-    families_for(registry, _capture_counter).labels(model=model, outcome=outcome).inc()
+def count_capture(model: str, outcome: str) -> None:
+    with _captures_lock:
+        _captures[(model, outcome)] += 1
+
+
+def capture_counts() -> dict[tuple[str, str], int]:
+    """(model, outcome) -> captures in this process so far."""
+    with _captures_lock:
+        return dict(_captures)
+
+
+class CaptureCollector(Collector):
+    """`swapcast_cuda_graph_captures_total{model, outcome}` for a registry (captures are process-wide)."""
+
+    def collect(self) -> Iterator[Metric]:
+        family = CounterMetricFamily(
+            "swapcast_cuda_graph_captures",
+            "CUDA-graph captures by model and outcome (captured, failed, dynamic_shapes, over_limit).",
+            labels=["model", "outcome"],
+        )
+        for (model, outcome), count in sorted(capture_counts().items()):
+            family.add_metric([model, outcome], count)
+        yield family

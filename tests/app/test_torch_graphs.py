@@ -16,9 +16,9 @@ import onnx
 import pytest
 import torch
 from onnx2torch import convert
-from prometheus_client import REGISTRY
 
 from app.commands.engines import source_for
+from app.observability import Metrics
 from app.runtime.onnx import OnnxModel
 from app.runtime.torch_backend import TorchModel, fold_aliases, ieee_fp32
 from app.runtime.torch_graphs import SharedExclusiveLock, host_reads
@@ -79,7 +79,9 @@ def test_the_captured_module_reads_nothing_back_and_matches_onnxruntime(store: M
 
 
 def capture_count(model: str, outcome: str) -> float:
-    value = REGISTRY.get_sample_value("swapcast_cuda_graph_captures_total", {"model": model, "outcome": outcome})
+    """As a server's /metrics shows it."""
+    registry = Metrics().registry
+    value = registry.get_sample_value("swapcast_cuda_graph_captures_total", {"model": model, "outcome": outcome})
     return value or 0.0
 
 

@@ -365,6 +365,13 @@ class Check:
         manifest = build_engine(runnable, engine, model=name, source_sha256=sha256 or "", options=options)
         result: dict[str, Any] = {"build_s": round(time.monotonic() - started, 1), "build_mode": manifest.build_mode}
         result["rewrites"] = list(manifest.rewrites)
+        import onnx
+
+        from engines.resize_modes import cubic_resizes
+
+        if cubic_resizes(onnx.load(str(runnable), load_external_data=False)):
+            refused = any("cubic" in r for r in manifest.rewrites)
+            result["cubic_resize"] = "refused by the parser: built with linear" if refused else "parsed"
         feeds = feeds_for(name, 2)
         want = OnnxModel(runnable).run(feeds)
         with TensorRTModel(engine, source_sha256=sha256 or "", platform=platform) as model:

@@ -129,3 +129,36 @@ def test_engines_int8_target_tensorrt_writes_the_tensorrt_form(
     assert options["target"] == "tensorrt" and options["float16_rest"] and options["symmetric_activations"]
     assert cli(["engines", "int8", ENHANCER, "--fp32-rest"]) == 2
     assert capsys.readouterr().err.strip() == "swapcast: error: --fp32-rest is for --target tensorrt"
+
+
+# -- on a GPU ------------------------------------------------------------------------------------------
+
+
+def has_tensorrt_gpu() -> bool:
+    import importlib.util
+
+    if importlib.util.find_spec("tensorrt") is None:
+        return False
+    from app.runtime.backend import gpu_platform
+
+    return gpu_platform() is not None
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not has_tensorrt_gpu(), reason="needs TensorRT and an NVIDIA GPU")
+def test_int8_engine_builds_runs_and_stays_close_to_fp32(
+    enhancer_data: tuple[Path, CalibrationSet, dict[str, np.ndarray]], tmp_path: Path
+) -> None:
+    from app.runtime.tensorrt import TensorRTModel
+    from engines.tensorrt.build import BuildOptions, build_engine
+
+    path, calibration, held = enhancer_data
+    engine = tmp_path / f"{ENHANCER}.gpu.int8.engine"
+    options = BuildOptions(
+        precision="int8", max_batch=4, dims={"height": (32, 128, 128), "width": (32, 128, 128)}, calibration=calibration
+    )
+    manifest = build_engine(path, engine, model=ENHANCER, source_sha256="0" * 64, options=options)
+    with TensorRTModel(engine, source_sha256="0" * 64) as model:
+        (got,) = model.run(held)
+    _, (reference,) = run_onnx(path, held)
+    assert psnr(reference, got) >= 30, manifest.rewrites

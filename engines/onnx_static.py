@@ -10,7 +10,9 @@ ONNX's reference evaluator, and drops what became dead. `host_shape_inputs` list
 run-time data, so a caller can tell a capturable graph from one that is not.
 
 Only nodes from `FOLDABLE` are evaluated (shape arithmetic, never convolutions or other weight maths):
-a fold never grows the file by more than those small tensors.
+a fold never grows the file by more than those small tensors. (onnx-simplifier is not a dependency, and
+ONNX Runtime's constant folding comes with its other graph rewrites, which the torch conversion should
+not see.)
 """
 
 from __future__ import annotations

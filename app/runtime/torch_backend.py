@@ -5,7 +5,9 @@
   no speed-up on CPUs without AMX; "bf16" can still be asked for explicitly.
 * Channels-last memory format for the convolutions, by default on CUDA only.
 * FP32 is IEEE FP32: PyTorch runs convolutions in TF32 on Ampere and later GPUs by default, 10 bits of
-  mantissa, which moves results by about 1e-3; `precision="fp32"` turns that off (process-wide).
+  mantissa, which moves results by about 1e-3; `precision="fp32"` on CUDA turns that off (process-wide;
+  from then on PyTorch refuses reads of the legacy `allow_tf32` flags, whose setters mix badly with the
+  new `fp32_precision` API).
 * CUDA graphs: a graph is captured per input shape (batch size included), at warm-up through
   `prepare_graphs` or on first use, and replayed after. onnx2torch's shape-reading modules get their
   constant arguments as CPU tensors (`app.runtime.torch_graphs`), and a graph that computes shapes from
@@ -158,7 +160,7 @@ class TorchModel:
         self.max_graphs = max_graphs
         if threads and not on_cuda:
             torch.set_num_threads(threads)
-        if self.precision == "fp32":
+        if self.precision == "fp32" and on_cuda:
             ieee_fp32(torch)
         self._module: Any = self._convert(model)
         # Shapes computed from the input need folding per captured shape (the graph is kept for that).

@@ -112,11 +112,14 @@ def test_a_failed_capture_is_remembered_and_graphs_are_bounded(
 
 
 def test_fp32_turns_tf32_off() -> None:
-    conv = torch.backends.cudnn.conv
-    conv.fp32_precision = "tf32"
-    torch.backends.cuda.matmul.fp32_precision = "tf32"
-    ieee_fp32(torch)
-    assert conv.fp32_precision == "ieee" and torch.backends.cuda.matmul.fp32_precision == "ieee"
+    conv, matmul = torch.backends.cudnn.conv, torch.backends.cuda.matmul
+    before = conv.fp32_precision, matmul.fp32_precision
+    try:
+        conv.fp32_precision = "tf32"  # PyTorch's default for convolutions on Ampere and later
+        ieee_fp32(torch)
+        assert conv.fp32_precision == "ieee" and matmul.fp32_precision == "ieee"
+    finally:
+        conv.fp32_precision, matmul.fp32_precision = before  # the flags are process-wide
 
 
 def test_exclusive_waits_for_shared_holders_and_holds_them_off() -> None:

@@ -66,6 +66,7 @@ class BuildOptions:
     calibration: CalibrationSet | None = None
     calibration_batch: int = 8
     calibration_cache: bool = True  # beside the engine, keyed by data digest and TensorRT version
+    optimization_level: int | None = None  # TensorRT's builder optimisation level 0-5 (None: its default, 3)
 
 
 def graph_inputs(model: onnx.ModelProto) -> dict[str, list[int | str]]:
@@ -203,6 +204,8 @@ def build_engine(
 
         config = builder.create_builder_config()
         config.set_memory_pool_limit(trt.MemoryPoolType.WORKSPACE, int(options.workspace_gib * (1 << 30)))
+        if options.optimization_level is not None:  # lower: faster builds, fewer tactics tried
+            config.builder_optimization_level = options.optimization_level
         profile = builder.create_optimization_profile()
         for name, shape in profiles.items():
             profile.set_shape(name, shape.min, shape.opt, shape.max)

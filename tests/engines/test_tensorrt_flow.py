@@ -196,3 +196,23 @@ def test_gpu_stack_combinations(stack: GpuStack, problem: str | None) -> None:
         assert problems == []
     else:
         assert any(problem in p for p in problems), problems
+
+
+def test_an_engine_run_waits_while_a_graph_is_captured(
+    store: ModelStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import threading
+
+    from app.runtime.torch_graphs import gpu_work
+
+    install(monkeypatch, 11)
+    engine, _ = build(store, tmp_path)
+    x = np.ones((1, 3, 32, 32), np.float32)
+    with TensorRTModel(engine, source_sha256="a" * 64, platform=probe_platform()) as model:
+        done = threading.Event()
+        runner = threading.Thread(target=lambda: (model.run({"input": x}), done.set()))
+        with gpu_work.exclusive():  # what a CUDA-graph capture holds
+            runner.start()
+            assert not done.wait(0.2)
+        assert done.wait(5)
+        runner.join()

@@ -127,9 +127,10 @@ class Check:
         # Engines and batch-dynamic rewrites go here, never beside the user's models.
         self.work = Path(args.output).resolve().parent / ".gpu-check-work"
         self.work.mkdir(parents=True, exist_ok=True)
+        from app.model_store import open_model_store
         from engines.store import ModelStore
 
-        self.store = ModelStore(args.model_dir) if args.model_dir else ModelStore()
+        self.store = ModelStore(args.model_dir) if args.model_dir else open_model_store()
 
     def left(self) -> float:
         return self.deadline - time.monotonic()
@@ -345,8 +346,9 @@ class Check:
     def _tensorrt_model(self, name: str, precision: str) -> dict[str, Any]:
         from app.runtime.onnx import OnnxModel
         from app.runtime.tensorrt import TensorRTModel
+        from engines.model_files import ModelFiles
         from engines.tensorrt.build import BuildOptions, build_engine
-        from engines.tensorrt.manifest import engine_path, probe_platform
+        from engines.tensorrt.manifest import probe_platform
 
         platform = probe_platform()
         runnable = self._runnable(name)
@@ -356,14 +358,20 @@ class Check:
             from app.calibration import calibration_set
 
             calibration = calibration_set(self.store, name, runnable, 16)
-        engine = engine_path(self.work / f"{name}.onnx", platform.gpu_name, precision)
+        files = ModelFiles(self.work / f"{name}.onnx")
+        engine = files.engine(platform.gpu_name, precision)
         options = BuildOptions(
             precision=precision,  # type: ignore[arg-type]
             max_batch=8,
             dims=profile_dims(name),
             calibration=calibration,
+            calibration_cache=(
+                files.calibration_cache(platform.gpu_name, precision, calibration.digest(), platform.tensorrt_version)
+                if calibration is not None
+                else None
+            ),
             optimization_level=TRT_OPTIMIZATION_LEVEL,
-            timing_cache=self.work / f"timing.{platform.slug}.trt{platform.tensorrt_version}.cache",
+            timing_cache=files.timing_cache(platform.gpu_name, platform.tensorrt_version),
         )
         started = time.monotonic()
         manifest = build_engine(runnable, engine, model=name, source_sha256=sha256 or "", options=options)

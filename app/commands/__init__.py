@@ -9,18 +9,18 @@ Register = Callable[["argparse._SubParsersAction[argparse.ArgumentParser]"], Non
 def _commands() -> list[Register]:
     # Imported here so that `app.commands` stays cheap to import and each command module loads its
     # heavy dependencies (onnxruntime, av) only when run.
-    from app.commands import bench, bench_batch, bench_server, demo, engine_tools, engines, models, serve, swap
+    from app.commands import bench, bench_batch, bench_engines, bench_server, demo, engines_group, models, serve, swap
 
     return [
         serve.register,
         demo.register,
         swap.register,
         models.register,
-        engine_tools.register,
-        engines.register,  # after engine_tools: both add sub-commands to `swapcast engines`
+        engines_group.register,
         bench.register,
         bench_batch.register,
         bench_server.register,
+        bench_engines.register,
     ]
 
 

@@ -43,7 +43,6 @@ import hashlib
 import inspect
 import json
 import logging
-import os
 import tempfile
 import zipfile
 from collections.abc import Iterator, Mapping, Sequence
@@ -55,7 +54,9 @@ from typing import Any, Literal, get_args
 import numpy as np
 import onnx
 
+from engines.atomic import atomic_path, replace_file
 from engines.errors import ModelError
+from engines.onnx_io import check_loads, fed_inputs, load_onnx
 
 log = logging.getLogger(__name__)
 
@@ -147,14 +148,8 @@ class CalibrationSet:
             "digest": self.digest(),
         }
         arrays["meta"] = np.array(json.dumps(meta))
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp.npz", dir=path.parent)
-        os.close(fd)
-        try:
-            np.savez_compressed(tmp_name, **arrays)  # type: ignore[arg-type]
-            os.replace(tmp_name, path)
-        finally:
-            Path(tmp_name).unlink(missing_ok=True)
+        with atomic_path(path, suffix=".npz") as tmp:  # numpy appends .npz to a name without it
+            np.savez_compressed(tmp, **arrays)  # type: ignore[arg-type]
         return path
 
     @classmethod
@@ -283,10 +278,8 @@ def quantize_int8(
         raise ValueError("float16_rest is for the TensorRT target (ONNX Runtime's CPU kernels want FP32 there)")
     src = Path(src)
     dst = Path(dst)
-    if not src.is_file():
-        raise ModelError(f"cannot quantize {src}: no such model file")
-    model = onnx.load(str(src))
-    feed_names = [i.name for i in model.graph.input if i.name not in {t.name for t in model.graph.initializer}]
+    model = load_onnx(src, f"quantize {src}")
+    feed_names = [value.name for value in fed_inputs(model)]
     if sorted(feed_names) != sorted(calibration.input_names):
         raise ModelError(
             f"calibration data for {calibration.model} has inputs {calibration.input_names}; "
@@ -354,12 +347,12 @@ def quantize_int8(
         if float16_rest:
             out = _float16_rest(out, tmp / "quantized-fp16.onnx")
             opset = max(opset, FP16_QDQ_OPSET)
-        _check_loads(out, src, optimize=not float16_rest)
+        check_loads(out, f"the INT8 quantization of {src.name}", optimize=not float16_rest)
         if target == "tensorrt":
             problems = tensorrt_qdq_problems(onnx.load(str(out)))
             if problems:
                 raise ModelError(f"the TensorRT QDQ form of {src.name} would not parse: {problems[0]}")
-        os.replace(out, dst)
+        replace_file(out, dst)
     return Int8Quantization(
         path=dst,
         method=method,
@@ -431,19 +424,3 @@ def tensorrt_qdq_problems(model: onnx.ModelProto) -> list[str]:
                 name = onnx.TensorProto.DataType.Name(elem)
                 problems.append(f"DequantizeLinear {label} takes {name} (TensorRT takes INT8/FP8 only)")
     return problems
-
-
-def _check_loads(path: Path, src: Path, *, optimize: bool = True) -> None:
-    """Load the result once in ONNX Runtime. Graphs with FP16 Q/DQ scales are loaded unoptimised: ORT's
-    QLinear fusions take FP32 scales only, which says nothing about the graph (TensorRT runs it)."""
-    import onnxruntime as ort
-
-    options = ort.SessionOptions()
-    options.log_severity_level = 3
-    if not optimize:
-        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    try:
-        ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
-    except Exception as exc:  # ORT raises several unrelated types for graphs it refuses
-        line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise ModelError(f"ONNX Runtime cannot load the INT8 quantization of {src.name}: {line}") from exc

@@ -11,7 +11,8 @@
   QDQ ONNX (`engines.precision.int8`, target "tensorrt": symmetric, FP32 biases, the layers that are
   not quantized in FP16), made here from the same source and calibration data.
   INT8 calibration (TensorRT 10) feeds batches no larger than any input's profile allows, and caches
-  its result under a name keyed by the calibration data's digest and the TensorRT version.
+  its result in `calibration_cache`, which callers name with `ModelFiles.calibration_cache`: keyed by
+  the calibration data's digest and the TensorRT version.
 * A timing cache file shared between builds on one GPU and TensorRT version, read before and written
   after each build; an unreadable or mismatched one is replaced by a fresh one (said in the log).
 * Cubic Resize: where TensorRT's parser refuses the model and it has cubic Resize nodes (Real-ESRGAN's
@@ -39,8 +40,8 @@ import onnx
 from engines.atomic import write_bytes_atomic
 from engines.errors import ModelError
 from engines.precision.int8 import CalibrationSet
+from engines.precision.variants import Precision
 from engines.resize_modes import cubic_resizes, with_linear_resize
-from engines.tensorrt.calibrator import calibration_cache_path
 from engines.tensorrt.manifest import (
     EngineManifest,
     ProfileShape,
@@ -51,7 +52,7 @@ from engines.tensorrt.manifest import (
 
 log = logging.getLogger(__name__)
 
-EnginePrecision = Literal["fp32", "fp16", "int8"]
+EnginePrecision = Precision  # a TensorRT plan is built at one of the variant precisions
 DimRange = tuple[int, int, int]  # min, opt, max
 
 
@@ -65,7 +66,7 @@ class BuildOptions:
     timing_cache: Path | None = None
     calibration: CalibrationSet | None = None
     calibration_batch: int = 8
-    calibration_cache: bool = True  # beside the engine, keyed by data digest and TensorRT version
+    calibration_cache: Path | None = None  # name it with ModelFiles.calibration_cache: keyed by data and TensorRT
     optimization_level: int | None = None  # TensorRT's builder optimisation level 0-5 (None: its default, 3)
 
 
@@ -214,10 +215,7 @@ def build_engine(
         if mode == "builder-flags" and precision in ("fp16", "int8"):
             config.set_flag(trt.BuilderFlag.FP16)
         if mode == "builder-flags" and precision == "int8":
-            cache = None
-            if options.calibration_cache and options.calibration is not None:
-                cache = calibration_cache_path(engine, options.calibration.digest(), platform.tensorrt_version)
-            calibrator = _attach_calibrator(trt, builder, config, profiles, options, cache)
+            calibrator = _attach_calibrator(trt, builder, config, profiles, options, options.calibration_cache)
 
         _use_timing_cache(config, options.timing_cache)
 

@@ -14,7 +14,8 @@ data": calibration would end early and silently, on the batches seen so far. `Ca
 exception, returns None, and `raise_error` raises it once the build returns.
 
 The cache is named after the calibration data's digest and the TensorRT version
-(`calibration_cache_path`): a cache made from other data, or by another TensorRT, is never read.
+(`engines.model_files.keyed_calibration_cache`): a cache made from other data, or by another TensorRT,
+is never read.
 
 TensorRT 10.1 deprecated implicit INT8 calibration and TensorRT 11 removed it; there the build uses
 explicit quantization (the QDQ ONNX of `engines.precision.int8`) instead, see `engines.tensorrt.build`.
@@ -102,12 +103,6 @@ class CalibrationBatches:
         self.position = 0
         self.batches_given = 0
         self.filled = 0
-
-
-def calibration_cache_path(engine: Path, calibration_digest: str, tensorrt_version: str) -> Path:
-    """`<engine stem>.calib-<digest>.trt<version>.cache` beside the engine: keyed by data and TensorRT."""
-    engine = Path(engine)
-    return engine.with_name(f"{engine.stem}.calib-{calibration_digest[:16]}.trt{tensorrt_version}.cache")
 
 
 class CalibrationFeed:

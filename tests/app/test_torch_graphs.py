@@ -17,11 +17,11 @@ import pytest
 import torch
 from onnx2torch import convert
 
-from app.commands.engines import source_for
 from app.observability import Metrics
 from app.runtime.onnx import OnnxModel
 from app.runtime.torch_backend import TorchModel, fold_aliases, ieee_fp32
 from app.runtime.torch_graphs import SharedExclusiveLock, host_reads
+from app.variants import source_for
 from engines.onnx_static import host_shape_inputs, static_shapes
 from engines.store import ModelStore
 

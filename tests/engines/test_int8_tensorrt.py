@@ -17,10 +17,9 @@ from onnx import TensorProto, numpy_helper
 
 import app.cli
 from app.calibration import calibration_set
-from app.commands import COMMANDS, engines
+from engines.model_files import ModelFiles, record_path
 from engines.precision.int8 import CalibrationSet, quantize_int8, tensorrt_qdq_problems
 from engines.precision.quality import psnr, run_onnx
-from engines.precision.variants import record_path, tensorrt_qdq_path
 from engines.store import ModelStore
 
 ENHANCER = "realesr_animevideov3_x2"
@@ -111,8 +110,6 @@ def test_accuracy_of_each_form_on_held_out_crops(
 @pytest.fixture
 def cli(store: ModelStore, monkeypatch: pytest.MonkeyPatch) -> Callable[[list[str]], int]:
     monkeypatch.setenv("SWAPCAST_MODEL_DIR", str(store.root))
-    if engines.register not in COMMANDS:
-        monkeypatch.setattr(app.cli, "COMMANDS", [*COMMANDS, engines.register])
     return app.cli.main
 
 
@@ -120,7 +117,7 @@ def test_engines_int8_target_tensorrt_writes_the_tensorrt_form(
     cli: Callable[[list[str]], int], store: ModelStore, capsys: pytest.CaptureFixture[str]
 ) -> None:
     assert cli(["engines", "int8", ENHANCER, "--target", "tensorrt", "--samples", "4"]) == 0
-    made = tensorrt_qdq_path(store.ensure(ENHANCER))
+    made = ModelFiles(store.ensure(ENHANCER)).tensorrt_qdq
     assert str(made) in capsys.readouterr().out
     assert tensorrt_qdq_problems(onnx.load(str(made))) == []
     import json

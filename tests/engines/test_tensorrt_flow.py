@@ -14,10 +14,11 @@ import pytest
 
 from app.runtime.tensorrt import TensorRTModel
 from engines.errors import ModelError
+from engines.model_files import ModelFiles
 from engines.precision.int8 import CalibrationSet
 from engines.store import ModelStore
 from engines.tensorrt.build import BuildOptions, build_engine
-from engines.tensorrt.calibrator import CalibrationBatches, CalibrationFeed, calibration_cache_path
+from engines.tensorrt.calibrator import CalibrationBatches, CalibrationFeed
 from engines.tensorrt.manifest import native_handle, probe_platform, read_manifest
 from engines.tensorrt.versions import GpuStack, stack_problems
 from tests.engines.fake_gpu import Record, make_cudart, make_tensorrt
@@ -41,8 +42,14 @@ def crops(count: int, seed: int = 0) -> CalibrationSet:
 
 
 def build(store: ModelStore, tmp_path: Path, precision: str = "fp16", **options: object) -> tuple[Path, object]:
+    """Build as `swapcast engines build-trt` does, into `tmp_path`, with the files named by ModelFiles."""
     source = store.ensure(ENHANCER)
-    engine = tmp_path / f"{ENHANCER}.fake-gpu.{precision}.engine"
+    files = ModelFiles(tmp_path / source.name)
+    engine = files.engine("Fake GPU", precision)
+    calibration = options.get("calibration")
+    if isinstance(calibration, CalibrationSet):
+        version = sys.modules["tensorrt"].__version__
+        options["calibration_cache"] = files.calibration_cache("Fake GPU", precision, calibration.digest(), version)
     opts = BuildOptions(precision=precision, max_batch=4, dims=DIMS, **options)  # type: ignore[arg-type]
     manifest = build_engine(source, engine, model=ENHANCER, source_sha256="a" * 64, options=opts)
     return engine, manifest
@@ -80,7 +87,10 @@ def test_int8_on_tensorrt_10_calibrates_within_the_profile_and_keys_its_cache(
     engine, _ = build(store, tmp_path, "int8", calibration=crops(6), calibration_batch=4)
     assert record.builder_flags == ["FP16", "INT8"] and record.batches_fed == 2  # 6 items: 4 + 4 (topped up)
     assert record.calibration_profile["input"][0] == 4
-    cache = calibration_cache_path(engine, crops(6).digest(), "10.13.3.9")
+    cache = ModelFiles(tmp_path / f"{ENHANCER}.onnx").calibration_cache(
+        "Fake GPU", "int8", crops(6).digest(), "10.13.3.9"
+    )
+    assert cache.name == f"{ENHANCER}.fake-gpu.int8.calib-{crops(6).digest()[:16]}.trt10.13.3.9.cache"
     assert cache.read_bytes() == b"TRT-fake-EntropyCalibration2" and record.cache_reads == [None]
 
     build(store, tmp_path, "int8", calibration=crops(6), calibration_batch=4)  # same data: the cache is used

@@ -1,0 +1,167 @@
+"""Finding the mark: whiten each frame, fold it onto one tile, add frames up, correlate with every bit's
+template at every phase, and test the result against what unmarked video gives.
+
+Per frame and per candidate scale the luma is resampled to two samples per chip, its local mean removed (the
+picture is mostly low-frequency; the mark is not), outliers clipped, and the whole frame summed onto one
+DETECT_TILE square tile: every copy of the repeated mark adds up in phase, the picture does not. Tiles of the
+frames in a window (one second) are summed too.
+
+The decision. For bit i and phase s, z_i(s) is the correlation of the folded tile with bit i's template,
+divided by a robust spread of that correlation over all phases (the phases that are not the mark's are a
+sample of what chance gives). Bits own disjoint chips, so without a mark the z_i are independent and near
+standard normal, and S(s) = sum_i z_i(s)^2 follows a chi-square law with 64 degrees of freedom. The detector
+takes the phase and scale with the largest S and calls the window marked when the Bonferroni-corrected tail
+probability (phases x scales x P(chi2_64 > S)) is at most FALSE_POSITIVE_PER_WINDOW, and the 64 signs read
+there pass the payload's CRC-16. Under no mark the signs are independent of S, so the CRC adds another factor
+of 2^-16 that the stated rate does not even count."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+import cv2
+import numpy as np
+import numpy.typing as npt
+
+from app.pipeline.types import Image
+from app.provenance.code import CHIP_PX, DETECT_TILE, SAMPLES_PER_CHIP, MarkCode
+from app.provenance.payload import CODE_BITS, Payload
+from app.provenance.stats import chi2_isf, chi2_log_sf
+
+# How the video was rescaled relative to what was marked: unchanged, 1080p->720p-like, 720p->480p, half.
+DEFAULT_SCALES: tuple[float, ...] = (1.0, 0.75, 2.0 / 3.0, 0.5)
+FALSE_POSITIVE_PER_WINDOW = 1e-6
+WHITEN_BOX = 5  # samples (2.5 chips): wide enough to keep the mark's blobs, narrow enough to drop the picture
+CLIP_SIGMAS = 3.0
+
+FloatArray = npt.NDArray[np.float64]
+
+
+@dataclass
+class Detection:
+    found: bool
+    payload: Payload | None  # the payload read at the best phase when its CRC matched
+    statistic: float  # S at the best phase and scale
+    false_positive_p: float  # probability that unmarked video gives a statistic this high in one window
+    scale: float
+    phase: tuple[int, int]  # (dy, dx) in detector samples
+    frames: int
+    bit_z: list[float] = field(default_factory=list)  # signed per-bit scores at the best phase
+
+    @property
+    def confidence(self) -> float:
+        """-log10 of the false-positive probability (6 = one in a million), capped at 300."""
+        return min(300.0, -math.log10(max(self.false_positive_p, 1e-300)))
+
+
+def statistic_threshold(tests: int, rate: float = FALSE_POSITIVE_PER_WINDOW) -> float:
+    """S above which a window is called marked, for `tests` phase-and-scale candidates."""
+    return chi2_isf(rate / tests, CODE_BITS)
+
+
+def to_luma(image: Image) -> npt.NDArray[np.float32]:
+    return np.asarray(cv2.cvtColor(image, cv2.COLOR_BGR2GRAY), np.float32)
+
+
+def fold(luma: npt.NDArray[np.float32], scale: float) -> FloatArray:
+    """One frame's luma, whitened and folded onto the detector's tile for the candidate `scale`."""
+    factor = SAMPLES_PER_CHIP / (CHIP_PX * scale)
+    if abs(factor - 1.0) > 1e-6:
+        interp = cv2.INTER_AREA if factor < 1 else cv2.INTER_LINEAR
+        luma = np.asarray(cv2.resize(luma, None, fx=factor, fy=factor, interpolation=interp), np.float32)
+    white = luma - np.asarray(cv2.blur(luma, (WHITEN_BOX, WHITEN_BOX)), np.float32)
+    spread = 1.4826 * float(np.median(np.abs(white))) + 1e-3
+    np.clip(white, -CLIP_SIGMAS * spread, CLIP_SIGMAS * spread, out=white)
+    h, w = white.shape
+    padded = np.zeros((-(-h // DETECT_TILE) * DETECT_TILE, -(-w // DETECT_TILE) * DETECT_TILE), np.float64)
+    padded[:h, :w] = white
+    ph, pw = padded.shape
+    return padded.reshape(ph // DETECT_TILE, DETECT_TILE, pw // DETECT_TILE, DETECT_TILE).sum(axis=(0, 2))
+
+
+class WatermarkDetector:
+    """Accumulates frames of one window and decides whether they carry a mark."""
+
+    def __init__(self, code: MarkCode, scales: Sequence[float] = DEFAULT_SCALES) -> None:
+        if not scales or any(s <= 0 for s in scales):
+            raise ValueError("scales must be positive")
+        self._code = code
+        self.scales = tuple(scales)
+        self.tests = len(self.scales) * DETECT_TILE * DETECT_TILE
+        self.threshold = statistic_threshold(self.tests)
+        self.reset()
+
+    def reset(self) -> None:
+        self.frames = 0
+        self._tiles = [np.zeros((DETECT_TILE, DETECT_TILE)) for _ in self.scales]
+
+    def add(self, image: Image) -> None:
+        """Add a BGR frame to the window."""
+        self.add_luma(to_luma(image))
+
+    def add_luma(self, luma: npt.NDArray[np.float32]) -> None:
+        for tile, scale in zip(self._tiles, self.scales, strict=True):
+            tile += fold(luma, scale)
+        self.frames += 1
+
+    def scores(self, tile: FloatArray) -> FloatArray:
+        """z_i(s) for every bit i and phase s: shape (64, DETECT_TILE, DETECT_TILE)."""
+        corr = np.real(np.fft.ifft2(np.fft.fft2(tile)[None] * self._code.templates_fft))
+        flat = corr.reshape(CODE_BITS, -1)
+        spread = 1.4826 * np.median(np.abs(flat - np.median(flat, axis=1, keepdims=True)), axis=1) + 1e-12
+        return np.asarray(corr / spread[:, None, None], np.float64)
+
+    def result(self) -> Detection:
+        """The decision for the frames added since the last reset."""
+        best: tuple[float, int, tuple[int, int], FloatArray] | None = None
+        for index, tile in enumerate(self._tiles):
+            z = self.scores(tile)
+            stat = (z**2).sum(axis=0)
+            dy, dx = np.unravel_index(int(np.argmax(stat)), stat.shape)
+            value = float(stat[dy, dx])
+            if best is None or value > best[0]:
+                best = (value, index, (int(dy), int(dx)), z[:, dy, dx])
+        assert best is not None
+        stat, index, phase, bit_z = best
+        p = min(1.0, self.tests * math.exp(chi2_log_sf(stat, CODE_BITS))) if self.frames else 1.0
+        payload = Payload.from_bits((bit_z > 0).astype(np.uint8)) if self.frames else None
+        found = payload is not None and p <= FALSE_POSITIVE_PER_WINDOW
+        return Detection(
+            found=found,
+            payload=payload if found else None,
+            statistic=stat,
+            false_positive_p=p,
+            scale=self.scales[index],
+            phase=phase,
+            frames=self.frames,
+            bit_z=[float(v) for v in bit_z],
+        )
+
+
+def detect_windows(
+    frames: Iterable[Image], code: MarkCode, *, window: int, scales: Sequence[float] = DEFAULT_SCALES
+) -> list[Detection]:
+    """One decision per `window` frames (the last, shorter window too when it has at least half a window)."""
+    if window < 1:
+        raise ValueError("window must be at least 1 frame")
+    detector = WatermarkDetector(code, scales)
+    results: list[Detection] = []
+    for image in frames:
+        detector.add(image)
+        if detector.frames == window:
+            results.append(detector.result())
+            detector.reset()
+    if detector.frames and (detector.frames * 2 >= window or not results):
+        results.append(detector.result())
+    return results
+
+
+def best_of(detections: Sequence[Detection]) -> Detection | None:
+    """The found window with the lowest false-positive probability, else the closest miss."""
+    if not detections:
+        return None
+    found = [d for d in detections if d.found]
+    pool = found or list(detections)
+    return min(pool, key=lambda d: (d.false_positive_p, -d.statistic))

@@ -41,3 +41,11 @@ def t1() -> Image:
 @pytest.fixture(scope="session")
 def astronaut() -> Image:
     return load_sample("astronaut")
+
+
+@pytest.fixture(autouse=True)
+def mark_registry(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Marks issued by a test are recorded under its own directory, not the user's data directory."""
+    path = tmp_path / "marks.jsonl"
+    monkeypatch.setenv("SWAPCAST_MARK_REGISTRY", str(path))
+    return path

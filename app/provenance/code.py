@@ -54,7 +54,7 @@ class MarkCode:
         if bits.shape != (CODE_BITS,):
             raise ValueError(f"expected {CODE_BITS} bits, got shape {bits.shape}")
         chips = self.signs * np.where(bits[self.owner] > 0, 1.0, -1.0)
-        pixels = np.kron(chips, np.ones((CHIP_PX, CHIP_PX)))
+        pixels = np.asarray(np.kron(chips, np.ones((CHIP_PX, CHIP_PX))), np.float64)
         smooth = _cyclic_blur(pixels, BLUR_CHIPS * CHIP_PX)
         return smooth / float(np.sqrt(np.mean(smooth**2)))
 
@@ -66,5 +66,5 @@ class MarkCode:
         block = np.ones((SAMPLES_PER_CHIP, SAMPLES_PER_CHIP))
         for bit in range(CODE_BITS):
             chips = np.where(self.owner == bit, self.signs, 0.0)
-            templates[bit] = _cyclic_blur(np.kron(chips, block), BLUR_CHIPS * SAMPLES_PER_CHIP)
+            templates[bit] = _cyclic_blur(np.asarray(np.kron(chips, block), np.float64), BLUR_CHIPS * SAMPLES_PER_CHIP)
         return np.conj(np.fft.fft2(templates))

@@ -48,6 +48,7 @@ class Detection:
     scale: float
     phase: tuple[int, int]  # (dy, dx) in detector samples
     frames: int
+    threshold: float  # the statistic a window needs to be called marked
     bit_z: list[float] = field(default_factory=list)  # signed per-bit scores at the best phase
 
     @property
@@ -102,8 +103,15 @@ class WatermarkDetector:
         self.add_luma(to_luma(image))
 
     def add_luma(self, luma: npt.NDArray[np.float32]) -> None:
-        for tile, scale in zip(self._tiles, self.scales, strict=True):
-            tile += fold(luma, scale)
+        self.add_folded(self.fold_all(luma))
+
+    def fold_all(self, luma: npt.NDArray[np.float32]) -> list[FloatArray]:
+        """One frame folded at every candidate scale (what `add_folded` takes)."""
+        return [fold(luma, scale) for scale in self.scales]
+
+    def add_folded(self, tiles: Sequence[FloatArray]) -> None:
+        for total, tile in zip(self._tiles, tiles, strict=True):
+            total += tile
         self.frames += 1
 
     def scores(self, tile: FloatArray) -> FloatArray:
@@ -136,6 +144,7 @@ class WatermarkDetector:
             scale=self.scales[index],
             phase=phase,
             frames=self.frames,
+            threshold=self.threshold,
             bit_z=[float(v) for v in bit_z],
         )
 

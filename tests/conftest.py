@@ -44,8 +44,8 @@ def astronaut() -> Image:
 
 
 @pytest.fixture(autouse=True)
-def mark_registry(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """Marks issued by a test are recorded under its own directory, not the user's data directory."""
-    path = tmp_path / "marks.jsonl"
+def mark_registry(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Marks issued by a test are recorded in a directory of its own, not the user's data directory."""
+    path = tmp_path_factory.mktemp("marks") / "marks.jsonl"
     monkeypatch.setenv("SWAPCAST_MARK_REGISTRY", str(path))
     return path

@@ -255,7 +255,7 @@ def run_watermark_bench(config: WatermarkBenchConfig) -> dict[str, Any]:
     grid_pairs.append(("flat_grey", flat, first_marker.embed(flat)))
     if config.grid is not None:
         write_grid(config.grid, grid_pairs)
-    conditions = {
+    conditions: dict[str, dict[str, Any]] = {
         name: {
             "mbps": round(float(np.mean([m["mbps"] for m in slot["mbps"]])), 2),
             "per_second": _summary(slot["window"]),

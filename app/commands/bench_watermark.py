@@ -12,7 +12,7 @@ def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None
     p = sub.add_parser("bench-watermark", help="watermark robustness (H.264, resize, crop), PSNR, cost; JSON out")
     p.add_argument("--photos", default="astronaut,tom_hanks,t1", help="comma list of sample photos for clips")
     p.add_argument("--seconds", type=int, default=2, help="seconds of 30 fps 720p video per photo (default 2)")
-    p.add_argument("--strength", type=float, default=None, help="RMS grey levels of the mark (default 1.6)")
+    p.add_argument("--strength", type=float, default=None, help="RMS grey levels of the mark (default 1.8)")
     p.add_argument("--grid", type=Path, default=Path("watermark-crops.png"), help="PNG of marked vs unmarked crops")
     p.add_argument("--output", type=Path, default=None, help="also write the JSON here")
     p.set_defaults(func=run)

@@ -6,7 +6,8 @@ picture is mostly low-frequency; the mark is not), outliers clipped, and the who
 DETECT_TILE square tile: every copy of the repeated mark adds up in phase, the picture does not. Tiles of the
 frames in a window (one second) are summed too.
 
-The decision. For bit i and phase s, z_i(s) is the correlation of the folded tile with bit i's template,
+The decision. For bit i and phase s, z_i(s) is the correlation of the folded tile (its spectrum flattened to
+phase only) with bit i's template,
 divided by a robust spread of that correlation over all phases (the phases that are not the mark's are a
 sample of what chance gives). Bits own disjoint chips, so without a mark the z_i are independent and near
 standard normal, and S(s) = sum_i z_i(s)^2 follows a chi-square law with 64 degrees of freedom. The detector
@@ -36,7 +37,7 @@ DEFAULT_SCALES: tuple[float, ...] = (1.0, 0.75, 2.0 / 3.0, 0.5)
 FALSE_POSITIVE_PER_WINDOW = 1e-6
 WHITEN_BOX = 5  # samples (2.5 chips): wide enough to keep the mark's blobs, narrow enough to drop the picture
 CLIP_SIGMAS = 3.0
-CHASE_BITS = 3
+CHASE_BITS = 5
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -118,7 +119,13 @@ class WatermarkDetector:
 
     def scores(self, tile: FloatArray) -> FloatArray:
         """z_i(s) for every bit i and phase s: shape (64, DETECT_TILE, DETECT_TILE)."""
-        corr = np.real(np.fft.ifft2(np.fft.fft2(tile)[None] * self._code.templates_fft))
+        spectrum = np.fft.fft2(tile)
+        # Phase only: every frequency of the folded tile gets the same weight, so what piles up at a few
+        # frequencies (codec block grids, JPEG blocks in the source, repeated texture) cannot pass for a mark.
+        # Measured on a 720p group photo through H.264: without it the statistic of unmarked video had a median of
+        # 182 instead of chi-square's 63.3; with it 63.7, and the mark's statistic rose by 10-40 %.
+        spectrum /= np.abs(spectrum) + 1e-9
+        corr = np.real(np.fft.ifft2(spectrum[None] * self._code.templates_fft))
         flat = corr.reshape(CODE_BITS, -1)
         spread = 1.4826 * np.median(np.abs(flat - np.median(flat, axis=1, keepdims=True)), axis=1) + 1e-12
         return np.asarray(corr / spread[:, None, None], np.float64)
@@ -155,7 +162,7 @@ def read_payload(bit_z: FloatArray) -> Payload | None:
     """The payload of the signs of `bit_z`, or, when their CRC fails, of the signs with some of the CHASE_BITS
     least certain bits flipped (fewest and least certain first; the first that passes wins). The statistic
     already bounds false positives without the CRC, so this only trades a little of the CRC's protection
-    against a wrong payload (at most 2^CHASE_BITS / 2^16 = 1 in 8192) for reads at a bit error or two."""
+    against a wrong payload (at most 2^CHASE_BITS / 2^16 = 1 in 2048) for reads at a bit error or two."""
     hard = (bit_z > 0).astype(np.uint8)
     weakest = np.argsort(np.abs(bit_z))[:CHASE_BITS]
     flips = sorted(

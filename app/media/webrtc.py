@@ -448,6 +448,7 @@ class Session:
             "dropped": sum(c.drops.values()),
             "rtsp_url": self.rtsp_url,
             "close_reason": self.close_reason,
+            "provenance": self.marker.describe() if self.marker else None,
         }
 
     def _spawn(self, coro: Awaitable[None], name: str) -> None:

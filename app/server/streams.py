@@ -175,6 +175,7 @@ class Stream:
             "state": str(state),
             "created": self.created,
             "rtsp_url": self.rtsp_url,
+            "provenance": self.marker.describe() if self.marker else None,
             "stats": {k: v for k, v in worker_stats.items() if isinstance(v, int | float | str | None)},
         }
 

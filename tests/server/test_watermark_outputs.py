@@ -41,6 +41,7 @@ def test_stream_output_over_rtsp_carries_the_streams_mark(
         created = httpx.post(f"{server.base_url}/v1/streams", json={"source_url": str(video), "identity": identity})
         assert created.status_code == 201, created.text
         stream = created.json()
+        assert stream["provenance"]["label"] is False and len(stream["provenance"]["watermark"]) == 12
 
         assert main(["watermark", "detect", stream["rtsp_url"], "--seconds", "2"]) == 0
         printed = capsys.readouterr().out

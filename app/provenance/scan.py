@@ -28,7 +28,7 @@ class ScanResult:
     source: str
 
 
-def _live_frames(url: str, max_frames: int) -> tuple[float, Iterator[Image]]:
+def _live_frames(url: str, seconds: float) -> tuple[float, Iterator[Image]]:
     try:
         container = av.open(url, options=LIVE_OPTIONS, timeout=OPEN_TIMEOUT_S)
     except (av.error.FFmpegError, OSError) as exc:
@@ -39,6 +39,7 @@ def _live_frames(url: str, max_frames: int) -> tuple[float, Iterator[Image]]:
     stream = container.streams.video[0]
     rate = stream.average_rate or stream.guessed_rate
     fps = float(rate) if rate else 30.0
+    max_frames = max(1, math.ceil(seconds * fps))
 
     def frames() -> Iterator[Image]:
         try:
@@ -69,7 +70,7 @@ def scan(source: str, code: MarkCode, *, seconds: float = 10.0) -> ScanResult:
     if seconds <= 0:
         raise UserError("--seconds must be above 0")
     if source.startswith(("rtsp://", "rtsps://")):
-        fps, frames = _live_frames(source, max_frames=max(1, math.ceil(seconds * 30)))
+        fps, frames = _live_frames(source, seconds)
     else:
         fps, frames = _file_frames(Path(source), seconds)
     window = max(1, round(fps))

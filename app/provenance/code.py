@@ -1,7 +1,7 @@
 """The spread-spectrum code shared by the embedder and the detector.
 
-The mark is one tile of 32 x 32 chips, repeated over the whole frame. Every chip belongs to one of the 64 code
-bits (16 chips each, spread over the tile by a keyed permutation) and has a keyed pseudo-random sign; a chip's
+The mark is one tile of 32 x 32 chips, repeated over the whole frame. Every chip belongs to one of the 140 coded
+bits (7 or 8 chips each, spread over the tile by a keyed permutation) and has a keyed pseudo-random sign; a chip's
 value is its sign times its bit (+1 or -1). Chips are `CHIP_PX` pixels wide and smoothed with a Gaussian, so
 the pattern is a field of soft blobs at 8-pixel periods: low enough to survive H.264 at CRF 28 and a halving
 of the frame, high enough to stay separate from the picture after the detector's whitening.
@@ -18,7 +18,8 @@ import cv2
 import numpy as np
 import numpy.typing as npt
 
-from app.provenance.payload import CODE_BITS, Bits
+from app.provenance.fec import CODED_BITS
+from app.provenance.payload import Bits
 
 TILE_CHIPS = 32
 CHIP_PX = 4
@@ -44,15 +45,15 @@ class MarkCode:
         seed = int.from_bytes(hashlib.sha256(key.encode()).digest()[:8], "big")
         rng = np.random.default_rng(seed)
         self.signs: FloatArray = rng.choice(np.array([-1.0, 1.0]), size=(TILE_CHIPS, TILE_CHIPS))
-        # Each bit owns exactly TILE_CHIPS**2 / CODE_BITS chips, scattered by the permutation.
-        self.owner: npt.NDArray[np.int64] = (rng.permutation(TILE_CHIPS * TILE_CHIPS) % CODE_BITS).reshape(
+        # Each coded bit owns 7 or 8 of the 1024 chips, scattered by the permutation.
+        self.owner: npt.NDArray[np.int64] = (rng.permutation(TILE_CHIPS * TILE_CHIPS) % CODED_BITS).reshape(
             TILE_CHIPS, TILE_CHIPS
         )
 
     def tile(self, bits: Bits) -> FloatArray:
-        """The embedded tile (TILE_PX square) for 64 bits, scaled to unit RMS."""
-        if bits.shape != (CODE_BITS,):
-            raise ValueError(f"expected {CODE_BITS} bits, got shape {bits.shape}")
+        """The embedded tile (TILE_PX square) for the 140 coded bits, scaled to unit RMS."""
+        if bits.shape != (CODED_BITS,):
+            raise ValueError(f"expected {CODED_BITS} bits, got shape {bits.shape}")
         chips = self.signs * np.where(bits[self.owner] > 0, 1.0, -1.0)
         pixels = np.asarray(np.kron(chips, np.ones((CHIP_PX, CHIP_PX))), np.float64)
         smooth = _cyclic_blur(pixels, BLUR_CHIPS * CHIP_PX)
@@ -60,11 +61,11 @@ class MarkCode:
 
     @functools.cached_property
     def templates_fft(self) -> npt.NDArray[np.complex128]:
-        """Conjugate spectra of the 64 per-bit templates at the detector's resolution (DETECT_TILE square):
+        """Conjugate spectra of the 140 per-bit templates at the detector's resolution (DETECT_TILE square):
         template i is the tile with only bit i's chips, as the detector samples it."""
-        templates = np.empty((CODE_BITS, DETECT_TILE, DETECT_TILE))
+        templates = np.empty((CODED_BITS, DETECT_TILE, DETECT_TILE))
         block = np.ones((SAMPLES_PER_CHIP, SAMPLES_PER_CHIP))
-        for bit in range(CODE_BITS):
+        for bit in range(CODED_BITS):
             chips = np.where(self.owner == bit, self.signs, 0.0)
             templates[bit] = _cyclic_blur(np.asarray(np.kron(chips, block), np.float64), BLUR_CHIPS * SAMPLES_PER_CHIP)
         return np.conj(np.fft.fft2(templates))

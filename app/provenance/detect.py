@@ -6,19 +6,18 @@ picture is mostly low-frequency; the mark is not), outliers clipped, and the who
 DETECT_TILE square tile: every copy of the repeated mark adds up in phase, the picture does not. Tiles of the
 frames in a window (one second) are summed too.
 
-The decision. For bit i and phase s, z_i(s) is the correlation of the folded tile (its spectrum flattened to
-phase only) with bit i's template,
-divided by a robust spread of that correlation over all phases (the phases that are not the mark's are a
-sample of what chance gives). Bits own disjoint chips, so without a mark the z_i are independent and near
-standard normal, and S(s) = sum_i z_i(s)^2 follows a chi-square law with 64 degrees of freedom. The detector
-takes the phase and scale with the largest S and calls the window marked when the Bonferroni-corrected tail
-probability (phases x scales x P(chi2_64 > S)) is at most FALSE_POSITIVE_PER_WINDOW, and the 64 signs read
-there pass the payload's CRC-16. Under no mark the signs are independent of S, so the CRC adds another factor
-of 2^-16 that the stated rate does not even count."""
+The decision. For coded bit i and phase s, z_i(s) is the correlation of the folded tile (its spectrum flattened
+to phase only) with bit i's template, divided by a robust spread of that correlation over all phases (the phases
+that are not the mark's are a sample of what chance gives). Bits own disjoint chips, so without a mark the z_i
+are independent and near standard normal, and S(s) = sum_i z_i(s)^2 follows a chi-square law with 140 degrees
+of freedom (`swapcast bench-watermark` checks this on unmarked video). The detector takes the phase and scale
+with the largest S, decodes the 140 scores there (soft Viterbi) and calls the window marked when the CRC-16 of
+the decoded payload passes and phases x scales x P(chi2_140 > S) x 2^-16 is at most FALSE_POSITIVE_PER_WINDOW.
+The last factor is the CRC's: one decode per window, and without a mark a decoded word is as good as random,
+so it passes the CRC once in 65536."""
 
 from __future__ import annotations
 
-import itertools
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -29,7 +28,8 @@ import numpy.typing as npt
 
 from app.pipeline.types import Image
 from app.provenance.code import CHIP_PX, DETECT_TILE, SAMPLES_PER_CHIP, MarkCode
-from app.provenance.payload import CODE_BITS, Payload
+from app.provenance.fec import CODED_BITS, decode
+from app.provenance.payload import CRC_BITS, Payload
 from app.provenance.stats import chi2_isf, chi2_log_sf
 
 # How the video was rescaled relative to what was marked: unchanged, 1080p->720p-like, 720p->480p, half.
@@ -37,7 +37,6 @@ DEFAULT_SCALES: tuple[float, ...] = (1.0, 0.75, 2.0 / 3.0, 0.5)
 FALSE_POSITIVE_PER_WINDOW = 1e-6
 WHITEN_BOX = 5  # samples (2.5 chips): wide enough to keep the mark's blobs, narrow enough to drop the picture
 CLIP_SIGMAS = 3.0
-CHASE_BITS = 5
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -47,12 +46,13 @@ class Detection:
     found: bool
     payload: Payload | None  # the payload read at the best phase when its CRC matched
     statistic: float  # S at the best phase and scale
-    false_positive_p: float  # probability that unmarked video gives a statistic this high in one window
+    false_positive_p: float  # chance that a window of unmarked video gives S this high and a passing CRC
     scale: float
     phase: tuple[int, int]  # (dy, dx) in detector samples
     frames: int
     threshold: float  # the statistic a window needs to be called marked
-    bit_z: list[float] = field(default_factory=list)  # signed per-bit scores at the best phase
+    bit_z: list[float] = field(default_factory=list)  # signed scores of the 140 coded bits at the best phase
+    bits: list[int] = field(default_factory=list)  # the 64 payload bits decoded there (CRC not checked)
 
     @property
     def confidence(self) -> float:
@@ -61,8 +61,8 @@ class Detection:
 
 
 def statistic_threshold(tests: int, rate: float = FALSE_POSITIVE_PER_WINDOW) -> float:
-    """S above which a window is called marked, for `tests` phase-and-scale candidates."""
-    return chi2_isf(rate / tests, CODE_BITS)
+    """S above which a window with a passing CRC is called marked, for `tests` phase-and-scale candidates."""
+    return chi2_isf(min(0.5, rate * 2**CRC_BITS / tests), CODED_BITS)
 
 
 def to_luma(image: Image) -> npt.NDArray[np.float32]:
@@ -118,7 +118,7 @@ class WatermarkDetector:
         self.frames += 1
 
     def scores(self, tile: FloatArray) -> FloatArray:
-        """z_i(s) for every bit i and phase s: shape (64, DETECT_TILE, DETECT_TILE)."""
+        """z_i(s) for every coded bit i and phase s: shape (140, DETECT_TILE, DETECT_TILE)."""
         spectrum = np.fft.fft2(tile)
         # Phase only: every frequency of the folded tile gets the same weight, so what piles up at a few
         # frequencies (codec block grids, JPEG blocks in the source, repeated texture) cannot pass for a mark.
@@ -126,7 +126,7 @@ class WatermarkDetector:
         # 182 instead of chi-square's 63.3; with it 63.7, and the mark's statistic rose by 10-40 %.
         spectrum /= np.abs(spectrum) + 1e-9
         corr = np.real(np.fft.ifft2(spectrum[None] * self._code.templates_fft))
-        flat = corr.reshape(CODE_BITS, -1)
+        flat = corr.reshape(CODED_BITS, -1)
         spread = 1.4826 * np.median(np.abs(flat - np.median(flat, axis=1, keepdims=True)), axis=1) + 1e-12
         return np.asarray(corr / spread[:, None, None], np.float64)
 
@@ -142,8 +142,10 @@ class WatermarkDetector:
                 best = (value, index, (int(dy), int(dx)), z[:, dy, dx])
         assert best is not None
         stat, index, phase, bit_z = best
-        p = min(1.0, self.tests * math.exp(chi2_log_sf(stat, CODE_BITS))) if self.frames else 1.0
-        payload = read_payload(bit_z) if self.frames else None
+        tail = math.exp(chi2_log_sf(stat, CODED_BITS)) if self.frames else 1.0
+        p = min(1.0, self.tests * tail) * 2.0**-CRC_BITS
+        bits = decode(bit_z) if self.frames else np.zeros(0, np.uint8)
+        payload = Payload.from_bits(bits) if self.frames else None
         found = payload is not None and p <= FALSE_POSITIVE_PER_WINDOW
         return Detection(
             found=found,
@@ -155,27 +157,8 @@ class WatermarkDetector:
             frames=self.frames,
             threshold=self.threshold,
             bit_z=[float(v) for v in bit_z],
+            bits=[int(b) for b in bits],
         )
-
-
-def read_payload(bit_z: FloatArray) -> Payload | None:
-    """The payload of the signs of `bit_z`, or, when their CRC fails, of the signs with some of the CHASE_BITS
-    least certain bits flipped (fewest and least certain first; the first that passes wins). The statistic
-    already bounds false positives without the CRC, so this only trades a little of the CRC's protection
-    against a wrong payload (at most 2^CHASE_BITS / 2^16 = 1 in 2048) for reads at a bit error or two."""
-    hard = (bit_z > 0).astype(np.uint8)
-    weakest = np.argsort(np.abs(bit_z))[:CHASE_BITS]
-    flips = sorted(
-        (combo for n in range(CHASE_BITS + 1) for combo in itertools.combinations(weakest.tolist(), n)),
-        key=lambda combo: (len(combo), float(np.sum(np.abs(bit_z[list(combo)])))),
-    )
-    for combo in flips:
-        bits = hard.copy()
-        bits[list(combo)] ^= 1
-        payload = Payload.from_bits(bits)
-        if payload is not None:
-            return payload
-    return None
 
 
 def detect_windows(

@@ -15,6 +15,7 @@ import numpy.typing as npt
 
 from app.pipeline.types import Image
 from app.provenance.code import TILE_PX, MarkCode
+from app.provenance.fec import encode
 from app.provenance.payload import Payload
 
 DEFAULT_STRENGTH = 1.8  # RMS grey levels: ~42.7 dB PSNR (42 is the target); 1.6 left a textured group photo
@@ -30,7 +31,7 @@ class Watermarker:
             raise ValueError(f"strength must be within (0, 8] grey levels, got {strength}")
         self.payload = payload
         self.strength = strength
-        self._tile = code.tile(payload.to_bits()) * strength
+        self._tile = code.tile(encode(payload.to_bits())) * strength
         self._patterns: OrderedDict[tuple[int, ...], tuple[Plane, Plane]] = OrderedDict()
         self._lock = threading.Lock()
 

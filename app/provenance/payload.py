@@ -1,4 +1,5 @@
-"""The 48 bits a watermark carries, and the 64 it embeds (the 48 plus a CRC-16 that confirms a read).
+"""The 48 bits a watermark carries, and the 64 it protects (the 48 plus a CRC-16 that confirms a read; `fec`
+codes these 64 into the 140 that are embedded).
 
 Layout, most significant first: server id (16 bits), mark id (24 bits, drawn per session or file), hour of issue
 modulo 256 (8 bits, about ten and a half days; with the registry's full time it tells two issues of one mark id
@@ -49,7 +50,7 @@ class Payload:
         return f"{self.value():012x}"
 
     def to_bits(self) -> Bits:
-        """The 64 embedded bits: the data, then its CRC-16 (CCITT)."""
+        """The 64 protected bits: the data, then its CRC-16 (CCITT)."""
         data = self.value().to_bytes(DATA_BITS // 8, "big")
         word = data + binascii.crc_hqx(data, 0).to_bytes(2, "big")
         return np.unpackbits(np.frombuffer(word, np.uint8))

@@ -1,5 +1,6 @@
 """Every live output carries the watermark: an ingest stream's RTSP output, read live and as a recording with
-ffmpeg, gives back the payload issued to that stream; a session's WebRTC return carries its own."""
+ffmpeg, gives back the payload issued to that stream; a session's WebRTC return carries its own, and the
+visible label when the session asks for it."""
 
 import asyncio
 import shutil
@@ -70,14 +71,20 @@ def test_session_return_video_carries_the_sessions_mark(
         async def run() -> tuple[RtcClient, str]:
             client = RtcClient(clip.frames, fps=15, keep_images=True)
             async with httpx.AsyncClient(base_url=server.base_url, timeout=30) as http:
-                await client.connect(http, f"/v1/sessions?identity={identity}")
+                await client.connect(http, f"/v1/sessions?identity={identity}&label=true")
                 session_id = (client.location or "").rsplit("/", 1)[1]
                 assert await client.wait_frames(15, 90)
+                stats = (await http.get(client.location or "")).json()
+                assert stats["provenance"]["label"] is True
                 await client.close()
             return client, session_id
 
         client, session_id = asyncio.run(run())
     images = [r.image for r in client.result.received if r.image is not None]
+    h, w = images[-1].shape[:2]
+    box = (slice(h - 20, h - 8), slice(w - 100, w - 10))  # inside the label's dark box, bottom right
+    darker = images[-1][box].astype(float).mean(axis=2) < 0.5 * clip.frames[0][box].astype(float).mean(axis=2)
+    assert darker.mean() > 0.5, darker.mean()
     provenance = Provenance()
     (result,) = detect_windows(images[-15:], provenance.code, window=15)
     assert result.found and result.payload is not None

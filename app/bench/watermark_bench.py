@@ -27,11 +27,12 @@ from app.pipeline.types import Image
 from app.provenance.code import MarkCode
 from app.provenance.detect import FloatArray, WatermarkDetector, to_luma
 from app.provenance.embed import DEFAULT_STRENGTH, Watermarker
-from app.provenance.fec import CODED_BITS, encode
-from app.provenance.payload import Payload
+from app.provenance.fec import CODED_BITS, decode, encode
+from app.provenance.payload import Payload, crc_syndrome
 from app.provenance.stats import chi2_isf
 
 SIZE = (1280, 720)
+SYNDROME_SAMPLES = 100  # random phases decoded per unmarked window and scale
 
 
 @dataclass(frozen=True)
@@ -158,11 +159,18 @@ def _costs(marker: Watermarker, detector: WatermarkDetector, frame: Image, reps:
 def _null_calibration(detector: WatermarkDetector, windows: list[list[list[FloatArray]]]) -> dict[str, Any]:
     """S over every phase and scale of unmarked windows against chi-square(140): mean 140, variance 280."""
     values = []
+    syndromes = []
+    rng = np.random.default_rng(1)
     for folded in windows:
         totals = [sum(tiles[i] for tiles in folded) for i in range(len(detector.scales))]
         for total in totals:
-            values.append((detector.scores(np.asarray(total)) ** 2).sum(axis=0).ravel())
+            z = detector.scores(np.asarray(total))
+            values.append((z**2).sum(axis=0).ravel())
+            for flat_index in rng.choice(z.shape[1] * z.shape[2], SYNDROME_SAMPLES, replace=False):
+                dy, dx = divmod(int(flat_index), z.shape[2])
+                syndromes.append(crc_syndrome(decode(z[:, dy, dx])))
     s = np.concatenate(values)
+    syndrome_bits = np.unpackbits(np.asarray(syndromes, ">u2").view(np.uint8)).reshape(-1, 16)
     tails = {}
     for p in (1e-2, 1e-3, 1e-4):
         tails[f"share_above_chi2_p{p:g}"] = {"observed": float(np.mean(s > chi2_isf(p, CODED_BITS))), "expected": p}
@@ -174,6 +182,14 @@ def _null_calibration(detector: WatermarkDetector, windows: list[list[list[Float
         "expected_variance": 2 * CODED_BITS,
         "max": round(float(s.max()), 1),
         **tails,
+        # The CRC's 2^-16 in the bound needs the decoded words of unmarked video to be as good as random: their
+        # CRC syndromes (0 = pass) should have every bit at 1 half of the time and almost never be 0.
+        "decodes_of_unmarked_phases": len(syndromes),
+        "crc_passes": int(sum(1 for v in syndromes if v == 0)),
+        "syndrome_bit_share_of_ones": {
+            "min": round(float(syndrome_bits.mean(axis=0).min()), 3),
+            "max": round(float(syndrome_bits.mean(axis=0).max()), 3),
+        },
     }
 
 

@@ -71,3 +71,9 @@ class Payload:
             mark_id=(value >> HOUR_BITS) & ((1 << MARK_BITS) - 1),
             hour=value & ((1 << HOUR_BITS) - 1),
         )
+
+
+def crc_syndrome(bits: npt.ArrayLike) -> int:
+    """CRC of the 48 data bits XOR the 16 CRC bits read: 0 when the read passes."""
+    word = np.packbits(np.asarray(bits, dtype=np.uint8).reshape(-1)).tobytes()
+    return binascii.crc_hqx(word[: DATA_BITS // 8], 0) ^ int.from_bytes(word[DATA_BITS // 8 :], "big")

@@ -15,11 +15,14 @@ def _commands() -> list[Register]:
         bench_engines,
         bench_quality,
         bench_server,
+        bench_watermark,
         demo,
         engines_group,
         models,
+        provenance,
         serve,
         swap,
+        watermark,
     )
 
     return [
@@ -33,6 +36,9 @@ def _commands() -> list[Register]:
         bench_server.register,
         bench_quality.register,
         bench_engines.register,
+        bench_watermark.register,
+        watermark.register,
+        provenance.register,
     ]
 
 

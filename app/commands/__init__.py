@@ -15,12 +15,15 @@ def _commands() -> list[Register]:
         bench_engines,
         bench_quality,
         bench_server,
+        bench_watermark,
         demo,
         engines_group,
         keys,
         models,
+        provenance,
         serve,
         swap,
+        watermark,
     )
 
     return [
@@ -35,6 +38,9 @@ def _commands() -> list[Register]:
         bench_server.register,
         bench_quality.register,
         bench_engines.register,
+        bench_watermark.register,
+        watermark.register,
+        provenance.register,
     ]
 
 

@@ -12,7 +12,7 @@ from app.settings import BatchingSettings
 from engines import registry
 from engines.errors import ModelError
 from engines.store import ModelStore
-from engines.triton.config import PLATFORMS, BatchingSpec, Platform, ServingSpec
+from engines.triton.config import PLATFORMS, BatchingSpec, InstanceKind, Platform, ServingSpec
 from engines.triton.repository import ModelSource, export_repository
 
 
@@ -53,7 +53,7 @@ def run_export(args: argparse.Namespace) -> int:
     if args.instances < 1 or args.threads < 1:
         raise UserError("--instances and --threads must be at least 1")
     platform: Platform = args.platform
-    kind = args.instance_kind or ("gpu" if platform == "tensorrt" else "cpu")
+    kind: InstanceKind = args.instance_kind or ("gpu" if platform == "tensorrt" else "cpu")
     if platform == "python" and kind == "gpu":
         raise UserError("the python-backend models run ONNX Runtime on the CPU: use --instance-kind cpu")
     store = ModelStore()
@@ -69,7 +69,9 @@ def run_export(args: argparse.Namespace) -> int:
     return 0
 
 
-def _source(store: ModelStore, name: str, platform: Platform, batching: BatchingSettings, precision: str) -> ModelSource:
+def _source(
+    store: ModelStore, name: str, platform: Platform, batching: BatchingSettings, precision: str
+) -> ModelSource:
     try:
         entry = registry.get_entry(name)
     except ModelError as exc:

@@ -44,7 +44,10 @@ class TritonPythonModel:
         return results
 
     def _respond(self, results: list[np.ndarray]) -> Any:
-        tensors = [pb_utils.Tensor(name, np.ascontiguousarray(value)) for name, value in zip(self.outputs, results, strict=True)]
+        tensors = [
+            pb_utils.Tensor(name, np.ascontiguousarray(value))
+            for name, value in zip(self.outputs, results, strict=True)
+        ]
         return pb_utils.InferenceResponse(output_tensors=tensors)
 
     def _split(self, results: list[np.ndarray], requests: list[Any]) -> list[Any]:

@@ -67,7 +67,9 @@ def test_triton_config_parse_rejects_a_misspelt_field() -> None:
 
 def test_haproxy_check_rejects_a_broken_config(tmp_path: Path) -> None:
     broken = tmp_path / "haproxy.cfg"
-    broken.write_text((ROOT / "deploy" / "haproxy" / "haproxy.cfg").read_text().replace("balance leastconn", "balance x"))
+    broken.write_text(
+        (ROOT / "deploy" / "haproxy" / "haproxy.cfg").read_text().replace("balance leastconn", "balance x")
+    )
     done = _run(_tool("haproxy"), "-c", "-f", str(broken))
     assert done.returncode != 0
 

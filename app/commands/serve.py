@@ -101,6 +101,7 @@ def run(args: argparse.Namespace) -> int:
     import uvicorn
 
     from app.server.app import create_app
+    from app.server.draining_server import DrainingServer
     from app.server.state import ServerState
 
     settings = build_settings(args)
@@ -141,7 +142,7 @@ def run(args: argparse.Namespace) -> int:
         access_log=verbose,
         timeout_graceful_shutdown=max(1, round(settings.shutdown_grace_s)),
     )
-    server = uvicorn.Server(config)
+    server = DrainingServer(config, app.state.drain)
     stops: list[int] = []
     # uvicorn shuts down gracefully on SIGINT/SIGTERM and then raises the signal again under the handlers
     # that were there before it; these make that second delivery a no-op so a requested stop exits 0.

@@ -1,5 +1,6 @@
 """The FastAPI application: `create_app()` wires settings, state, routes and the web page."""
 
+import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -8,8 +9,10 @@ from fastapi import FastAPI
 from fastapi.responses import FileResponse
 from fastapi.staticfiles import StaticFiles
 
+from app.server.drain import Drain, DrainGate
 from app.server.limits import BodyLimitMiddleware
-from app.server.routes import health, identities, sessions, streams
+from app.server.public_url import AbsoluteLocation
+from app.server.routes import health, identities, operations, sessions, streams
 from app.server.routes.identities import upload_limit
 from app.server.settings import ServerSettings
 from app.server.state import PipelineFactory, ServerState, StateListener
@@ -28,9 +31,15 @@ def create_app(
     it became ready (or failed to)."""
     settings = settings or ServerSettings()
     state = ServerState(settings, pipeline_factory, on_change)
+    drain = Drain(settings.drain_timeout_s, lambda: len(state.sessions or ()) + len(state.streams or ()))
+    state.metrics.session_capacity.set_function(
+        lambda: float(settings.max_sessions) if state.ready and not drain.draining else 0.0
+    )
+    state.metrics.draining.set_function(lambda: float(drain.draining))
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        drain.bind(asyncio.get_running_loop())
         await state.start()
         try:
             yield
@@ -39,6 +48,7 @@ def create_app(
 
     app = FastAPI(title="swapcast", version="0.1.0", lifespan=lifespan)
     app.state.swapcast = state
+    app.state.drain = drain
 
     def limit_for(path: str) -> int:
         if path.startswith("/v1/identities"):
@@ -48,10 +58,19 @@ def create_app(
         return settings.max_json_bytes
 
     app.add_middleware(BodyLimitMiddleware, limit_for=limit_for)
+    app.add_middleware(
+        DrainGate,
+        drain=drain,
+        retry_after_s=settings.retry_after_s,
+        on_refused=lambda resource: state.metrics.admission_rejections.labels(resource, "draining").inc(),
+    )
+    if settings.public_base_url is not None:
+        app.add_middleware(AbsoluteLocation, base_url=str(settings.public_base_url))
     app.include_router(health.router)
     app.include_router(identities.router)
     app.include_router(sessions.router)
     app.include_router(streams.router)
+    app.include_router(operations.router)
 
     @app.get("/", include_in_schema=False)
     async def index() -> FileResponse:

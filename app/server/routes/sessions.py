@@ -6,6 +6,7 @@ from fastapi import APIRouter, HTTPException, Path, Query, Request, Response
 from pydantic import BaseModel, Field
 
 from app.identity.store import IdentityNotFound, IdentityUnreadable
+from app.media.advertise import advertise_host_candidates
 from app.media.webrtc import AdmissionError, OfferError, SessionNotFound
 from app.pipeline.swap import PreparedSource
 from app.server.deps import SessionsDep, StateDep
@@ -61,6 +62,8 @@ async def create_session(
         raise HTTPException(503, str(exc), headers={"Retry-After": str(settings.retry_after_s)}) from None
     except OfferError as exc:
         raise HTTPException(400, str(exc)) from None
+    if settings.advertised_address is not None:
+        answer = advertise_host_candidates(answer, str(settings.advertised_address))
     headers = {"Location": f"/v1/sessions/{session.id}"}
     if session.rtsp_url:
         headers["X-RTSP-URL"] = session.rtsp_url

@@ -52,7 +52,9 @@ def check_source(url: str, settings: ServerSettings) -> str:
 
 
 @router.post("", status_code=201)
-async def create_stream(request: StreamRequest, state: StateDep, streams: StreamsDep) -> dict[str, Any]:
+async def create_stream(
+    request: StreamRequest, state: StateDep, streams: StreamsDep, response: Response
+) -> dict[str, Any]:
     source_url = check_source(request.source_url, state.settings)
     reason = streams.unavailable_reason
     if reason is not None:
@@ -64,6 +66,7 @@ async def create_stream(request: StreamRequest, state: StateDep, streams: Stream
         raise HTTPException(503, str(exc), headers={"Retry-After": str(state.settings.retry_after_s)}) from None
     except StreamsUnavailable as exc:
         raise HTTPException(503, str(exc)) from None
+    response.headers["Location"] = f"/v1/streams/{stream.id}"
     return stream.stats()
 
 

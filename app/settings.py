@@ -9,8 +9,9 @@ if TYPE_CHECKING:
     from app.pipeline.calls import BatchPlan
 
 EngineName = Literal["inswapper", "classic", "passthrough"]
-# How models run: "auto" picks a TensorRT engine built for this GPU, else PyTorch on CUDA, else ONNX Runtime.
-BackendName = Literal["auto", "onnxruntime", "tensorrt", "torch"]
+# How models run: "auto" picks a TensorRT engine built for this GPU, else PyTorch on CUDA, else ONNX Runtime;
+# "triton" sends face crops and latents to a Triton server (SWAPCAST_TRITON_URL), detection stays local.
+BackendName = Literal["auto", "onnxruntime", "tensorrt", "torch", "triton"]
 # fp16 and int8 load the variants made by `swapcast engines fp16|int8|build-trt NAME` when present.
 PrecisionName = Literal["fp32", "fp16", "int8"]
 
@@ -34,6 +35,7 @@ class PipelineSettings(BaseSettings):
     threads: int | None = Field(None, ge=1)
     backend: BackendName = "auto"
     precision: PrecisionName = "fp32"
+    triton_url: str = "127.0.0.1:8001"  # gRPC address of the Triton server for backend "triton"
 
 
 class BatchingSettings(BaseSettings):

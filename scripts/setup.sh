@@ -25,4 +25,5 @@ fi
 
 python3 -m venv .venv
 .venv/bin/pip install -q -e '.[test]'
+bash scripts/setup-triton.sh
 echo "swapcast is installed in .venv"

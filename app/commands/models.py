@@ -122,7 +122,7 @@ def _variants(name: str, store: ModelStore) -> list[dict[str, Any]]:
     found = list_variants(
         store.file_path(name),
         store.expected(name)[0],
-        settings.backend,
+        "auto" if settings.backend == "triton" else settings.backend,  # Triton: what a local run would load
         settings.precision,
         runs_from=dynamic if dynamic.is_file() else None,
     )

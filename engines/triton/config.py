@@ -11,7 +11,8 @@ from engines.triton.onnx_signature import Signature, TensorSpec
 Platform = Literal["python", "onnxruntime", "tensorrt"]
 InstanceKind = Literal["cpu", "gpu"]
 PLATFORMS: tuple[Platform, ...] = ("python", "onnxruntime", "tensorrt")
-MODEL_FILES: dict[Platform, str] = {"python": "model.onnx", "onnxruntime": "model.onnx", "tensorrt": "model.plan"}
+# The file Triton loads: for the python backend its model.py, which runs the model.onnx beside it.
+MODEL_FILES: dict[Platform, str] = {"python": "model.py", "onnxruntime": "model.onnx", "tensorrt": "model.plan"}
 
 
 @dataclass(frozen=True)

@@ -80,7 +80,7 @@ def _export_one(model: ModelSource, target: Path, serving: ServingSpec) -> Expor
         # Plans are built with a batch profile (from the batch-dynamic rewrite where the ONNX fixes it at 1).
         signature = replace(signature, batch_dynamic=True)
     else:
-        signature = _place_onnx(model, version / MODEL_FILES[serving.platform], signature)
+        signature = _place_onnx(model, version / "model.onnx", signature)
         if serving.platform == "python":
             write_bytes_atomic(version / "model.py", BACKEND_MODEL.read_bytes())
     config = build_config(model.name, signature, model.batching, serving, max_batch_cap=model.plan_max_batch)

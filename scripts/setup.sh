@@ -19,8 +19,8 @@ if command -v apt-get >/dev/null 2>&1 && { [ "$(id -u)" -eq 0 ] || [ -n "$SUDO" 
         gir1.2-gst-rtsp-server-1.0 gir1.2-gst-plugins-base-1.0 \
         libgirepository1.0-dev libcairo2-dev pkg-config gcc >/dev/null
     # haproxy: `haproxy -c` on the session-routing config and the two-replica routing test. coturn: the
-    # TURN relay test of time-limited credentials.
-    $SUDO apt-get install -y -qq --no-install-recommends haproxy coturn >/dev/null
+    # TURN test of time-limited credentials. prometheus: promtool checks and a real scrape of the server.
+    $SUDO apt-get install -y -qq --no-install-recommends haproxy coturn prometheus >/dev/null
 fi
 
 python3 -m venv .venv

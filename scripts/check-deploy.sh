@@ -17,6 +17,13 @@ for file in docker-compose.yml docker-compose.bridge.yml; do
     echo "compose schema: $file ok"
 done
 
+if command -v docker-compose >/dev/null 2>&1; then  # Debian's Compose 1.29, where installed
+    for file in docker-compose.yml docker-compose.bridge.yml; do
+        docker-compose -f "$file" config -q
+        echo "docker-compose config: $file ok"
+    done
+fi
+
 for overlay in deploy/k8s/overlays/*/; do
     "$KUBECTL" kustomize "$overlay" | "$BIN/kubernetes-validate" --strict --quiet -
     echo "kustomize + kubernetes-validate --strict: $overlay ok"

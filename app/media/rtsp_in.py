@@ -30,6 +30,7 @@ from typing import Any, Literal, Protocol
 import av
 import av.error
 
+from app.media.mailbox import Mailbox
 from app.pipeline.types import Image
 
 log = logging.getLogger(__name__)
@@ -115,12 +116,11 @@ class IngestWorker:
         self._cond = threading.Condition()
         self._notify_lock = threading.RLock()
         self._stop = threading.Event()
-        self._pending: av.VideoFrame | None = None
+        self._frames: Mailbox[av.VideoFrame] = Mailbox(cond=self._cond)
         self._source_done = False
         self._state: IngestState = "connecting"
         self._frames_in = 0
         self._frames_out = 0
-        self._dropped = 0
         self._reconnects = 0
         self._process_errors = 0
         self._last_error: str | None = None
@@ -138,7 +138,7 @@ class IngestWorker:
                 state=self._state,
                 frames_in=self._frames_in,
                 frames_out=self._frames_out,
-                dropped=self._dropped,
+                dropped=self._frames.dropped,
                 reconnects=self._reconnects,
                 process_errors=self._process_errors,
                 last_error=self._last_error,
@@ -275,11 +275,8 @@ class IngestWorker:
 
     def _offer(self, frame: av.VideoFrame) -> None:
         with self._cond:
-            if self._pending is not None:
-                self._dropped += 1
-            self._pending = frame
+            self._frames.put(frame)
             self._frames_in += 1
-            self._cond.notify()
 
     def _fail(self, error: str) -> None:
         log.warning("ingest %s failed: %s", self._log_name, error)
@@ -300,12 +297,11 @@ class IngestWorker:
     def _process_loop(self) -> None:
         while True:
             with self._cond:
-                while self._pending is None and not self._stop.is_set() and not self._source_done:
+                while not self._frames.has_item and not self._stop.is_set() and not self._source_done:
                     self._cond.wait()
-                if self._stop.is_set() or self._pending is None:
+                frame = self._frames.take()
+                if self._stop.is_set() or frame is None:
                     return
-                frame = self._pending
-                self._pending = None
             self._handle(frame)
 
     def _handle(self, frame: Any) -> None:

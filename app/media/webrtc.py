@@ -15,7 +15,6 @@ import asyncio
 import contextlib
 import logging
 import secrets
-import threading
 import time
 from collections import Counter, deque
 from collections.abc import Awaitable, Callable, Iterable
@@ -37,6 +36,7 @@ from aiortc import (
 )
 from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
 
+from app.media.mailbox import Mailbox
 from app.observability import Metrics
 from app.pipeline.pipeline import FramePipeline
 from app.pipeline.swap import PreparedSource
@@ -47,21 +47,11 @@ from app.runtime.batcher import BatcherError
 log = logging.getLogger(__name__)
 
 KIND = "session"
-NEGOTIATION_TIMEOUT_S = 10.0
 PC_CLOSE_TIMEOUT_S = 5.0
 
 
 class OfferError(Exception):
     """The SDP offer cannot be used; the message says why (answered with 400)."""
-
-
-class AdmissionError(Exception):
-    """No room for another session (answered with 503 and Retry-After)."""
-
-
-class SessionNotFound(LookupError):
-    def __init__(self, session_id: str) -> None:
-        super().__init__(f"session {session_id} not found")
 
 
 # (path, width, height) -> a publisher with non-blocking push(image) and close()
@@ -173,33 +163,28 @@ class SwappedVideoTrack(MediaStreamTrack):
     def __init__(self, on_sent: Callable[[float], None], on_dropped: Callable[[], None]) -> None:
         super().__init__()
         self._on_sent = on_sent
-        self._on_dropped = on_dropped
-        self._ready = asyncio.Event()
-        self._item: tuple[av.VideoFrame, float] | None = None
+        self._frames: Mailbox[tuple[av.VideoFrame, float]] = Mailbox(
+            on_drop=lambda _reason, _count: on_dropped(), wakes_loop=True
+        )
 
     def put(self, frame: av.VideoFrame, arrived: float) -> None:
-        if self._item is not None:
-            self._on_dropped()
-        self._item = (frame, arrived)
-        self._ready.set()
+        self._frames.put((frame, arrived))
 
     async def recv(self) -> av.VideoFrame:
         while True:
             if self.readyState != "live":
                 raise MediaStreamError
-            if self._item is not None:
-                frame, arrived = self._item
-                self._item = None
-                self._ready.clear()
+            item = self._frames.take()
+            if item is not None:
+                frame, arrived = item
                 self._on_sent(arrived)
                 return frame
-            await self._ready.wait()
-            self._ready.clear()
+            await self._frames.wait_async()
 
     def stop(self) -> None:
         super().stop()
-        self._item = None
-        self._ready.set()
+        self._frames.discard()
+        self._frames.wake()
 
 
 @dataclass
@@ -245,10 +230,10 @@ class Session:
         self._publisher: Any = None
         self.rtsp_path = f"/session/{self.id}"
         self.rtsp_url = rtsp_url(self.rtsp_path) if (rtsp_url and publisher_factory) else None
-        # The newest decoded frame not yet taken: set by the receive task, taken by an executor thread.
-        self._pending: tuple[av.VideoFrame, float] | None = None
-        self._pending_lock = threading.Lock()
-        self._wake = asyncio.Event()
+        # The newest decoded frame not yet taken: put by the receive task, taken by an executor thread.
+        self._pending: Mailbox[tuple[av.VideoFrame, float]] = Mailbox(
+            on_drop=lambda reason, _count: self._drop(reason), wakes_loop=True
+        )
         self._tasks: set[asyncio.Task[None]] = set()
         self._close_task: asyncio.Task[None] | None = None
         self._video_track: MediaStreamTrack | None = None
@@ -323,12 +308,7 @@ class Session:
             counters.frames_in += 1
             counters.rate_in.add(now)
             frames_in.inc()
-            with self._pending_lock:
-                replaced = self._pending is not None
-                self._pending = (frame, now)
-            if replaced:
-                self._drop("superseded")
-            self._wake.set()
+            self._pending.put((frame, now))
         self.request_close("track ended")
 
     async def _drain(self, track: MediaStreamTrack) -> None:
@@ -340,9 +320,8 @@ class Session:
     async def _work(self) -> None:
         loop = asyncio.get_running_loop()
         while True:
-            await self._wake.wait()
-            self._wake.clear()
-            if self._pending is None:
+            await self._pending.wait_async()
+            if not self._pending.has_item:
                 continue
             timer = StageTimer()
             try:
@@ -367,8 +346,7 @@ class Session:
     def _process_newest(self, timer: StageTimer) -> tuple[av.VideoFrame, Image, float] | None:
         """Runs in the executor. The frame is taken only when a thread is free for it, so a session that waited
         for a thread behind other sessions still processes its newest frame; likewise the identity."""
-        with self._pending_lock:
-            pending, self._pending = self._pending, None
+        pending = self._pending.take()
         if pending is None:
             return None
         frame, arrived = pending
@@ -501,7 +479,7 @@ class Session:
                 log.exception("session %s: error while closing the peer connection", self.id)
             self._close_publisher()
         finally:
-            self._pending = None
+            self._pending.discard()
             self.state = "closed"
             self.closed.set()
             self._on_closed(self)
@@ -513,98 +491,6 @@ class Session:
                 publisher.close()
             except Exception:
                 log.exception("session %s: RTSP publisher did not close cleanly", self.id)
-
-
-class SessionManager:
-    """Open sessions, admission against the limit, and closing them all at shutdown."""
-
-    def __init__(
-        self,
-        *,
-        pipeline: FramePipeline,
-        executor: Executor,
-        metrics: Metrics,
-        config: SessionConfig,
-        publisher_factory: PublisherFactory | None = None,
-        rtsp_url: Callable[[str], str] | None = None,
-    ) -> None:
-        self.pipeline = pipeline
-        self.config = config
-        self._executor = executor
-        self._metrics = metrics
-        self._publisher_factory = publisher_factory
-        self._rtsp_url = rtsp_url
-        self._sessions: dict[str, Session] = {}
-        self._reserved = 0
-        self._accepting = True
-
-    def __len__(self) -> int:
-        return len(self._sessions)
-
-    def sessions(self) -> list[Session]:
-        return list(self._sessions.values())
-
-    def rtsp_paths(self) -> list[str]:
-        return [s.rtsp_path for s in self._sessions.values() if s.rtsp_url]
-
-    def get(self, session_id: str) -> Session:
-        session = self._sessions.get(session_id)
-        if session is None:
-            raise SessionNotFound(session_id)
-        return session
-
-    async def open(self, offer: str, identity_id: str, source: PreparedSource) -> tuple[Session, str]:
-        """Admit, negotiate and register a session; returns it with the SDP answer."""
-        if not self._accepting:
-            self._metrics.admission_rejections.labels("session", "shutting_down").inc()
-            raise AdmissionError("the server is shutting down")
-        if len(self._sessions) + self._reserved >= self.config.max_sessions:
-            self._metrics.admission_rejections.labels("session", "capacity").inc()
-            raise AdmissionError(f"all {self.config.max_sessions} session slots are taken")
-        self._reserved += 1
-        try:
-            session = Session(
-                identity_id=identity_id,
-                source=source,
-                pipeline=self.pipeline,
-                executor=self._executor,
-                metrics=self._metrics,
-                config=self.config,
-                on_closed=self._closed,
-                publisher_factory=self._publisher_factory,
-                rtsp_url=self._rtsp_url,
-            )
-            try:
-                answer = await asyncio.wait_for(session.negotiate(offer), NEGOTIATION_TIMEOUT_S)
-            except TimeoutError:
-                await session.close("negotiation failed")
-                raise OfferError("negotiation timed out") from None
-            except BaseException:
-                await session.close("negotiation failed")
-                raise
-            self._sessions[session.id] = session
-            self._metrics.sessions_active.set(len(self._sessions))
-            return session, answer
-        finally:
-            self._reserved -= 1
-
-    def _closed(self, session: Session) -> None:
-        if self._sessions.pop(session.id, None) is not None:
-            self._metrics.sessions_closed.labels(session.close_reason or "unknown").inc()
-        self._metrics.sessions_active.set(len(self._sessions))
-
-    async def close(self, session_id: str, reason: str) -> None:
-        await self.get(session_id).close(reason)
-
-    async def close_all(self, reason: str, grace_s: float) -> bool:
-        """Refuse new sessions and close all open ones; False if some did not finish within `grace_s`."""
-        self._accepting = False
-        sessions = list(self._sessions.values())
-        if not sessions:
-            return True
-        closers = [s.request_close(reason) for s in sessions]
-        _, pending = await asyncio.wait(closers, timeout=grace_s)
-        return not pending
 
 
 def _short(exc: BaseException) -> str:

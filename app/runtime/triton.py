@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from app.errors import ModelError
-from app.runtime.onnx import Array
+from app.runtime.model import Array, BatchSplitter
 
 log = logging.getLogger(__name__)
 
@@ -72,15 +72,12 @@ class TritonModel:
         else:
             self.input_shape = [d if d > 0 else None for d in dims]
         self.fixed_batch = self.max_batch_size == 0 and bool(dims) and dims[0] == 1
+        limit = self.max_batch_size if self.max_batch_size > 0 else (1 if self.fixed_batch else None)
+        self._split = BatchSplitter(f"{self.name} on Triton", limit, self._infer)
 
     def run(self, feeds: Mapping[str, np.ndarray]) -> list[Array]:
-        """Run a batch (the first axis of every input), in chunks the model accepts."""
-        batch = next(iter(feeds.values())).shape[0]
-        step = self.max_batch_size if self.max_batch_size > 0 else (1 if self.fixed_batch else batch)
-        if batch <= step:
-            return self._infer(feeds)
-        parts = [self._infer({k: v[i : i + step] for k, v in feeds.items()}) for i in range(0, batch, step)]
-        return [np.concatenate([p[j] for p in parts], axis=0) for j in range(len(self.output_names))]
+        """Run a batch (the first axis of every input), in slices the model accepts."""
+        return self._split(feeds)
 
     def _infer(self, feeds: Mapping[str, np.ndarray]) -> list[Array]:
         inputs = []

@@ -10,6 +10,7 @@ from fastapi.responses import FileResponse
 from fastapi.staticfiles import StaticFiles
 
 from app.server.drain import Drain, DrainGate
+from app.server.errors import install_error_handlers
 from app.server.limits import BodyLimitMiddleware
 from app.server.public_url import AbsoluteLocation
 from app.server.routes import health, identities, operations, sessions, streams
@@ -66,6 +67,7 @@ def create_app(
     )
     if settings.public_base_url is not None:
         app.add_middleware(AbsoluteLocation, base_url=str(settings.public_base_url))
+    install_error_handlers(app, settings)
     app.include_router(health.router)
     app.include_router(identities.router)
     app.include_router(sessions.router)

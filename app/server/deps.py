@@ -2,15 +2,15 @@
 
 from typing import Annotated
 
-from fastapi import Depends, HTTPException, Request
+from fastapi import Depends, Request
 
 from app.identity.store import IdentityStore
-from app.media.webrtc import SessionManager
 from app.observability import Metrics
 from app.pipeline.pipeline import FramePipeline
-from app.server.ingest import StreamManager
+from app.server.sessions import SessionManager
 from app.server.settings import ServerSettings
-from app.server.state import ServerState
+from app.server.state import NotReady, ServerState
+from app.server.streams import StreamManager
 
 
 def get_state(request: Request) -> ServerState:
@@ -21,12 +21,8 @@ def get_state(request: Request) -> ServerState:
 StateDep = Annotated[ServerState, Depends(get_state)]
 
 
-def not_ready(state: ServerState) -> HTTPException:
-    return HTTPException(
-        503,
-        f"not ready: {state.not_ready_reason}",
-        headers={"Retry-After": str(state.settings.retry_after_s)},
-    )
+def not_ready(state: ServerState) -> NotReady:
+    return NotReady(state.not_ready_reason)
 
 
 def get_settings(state: StateDep) -> ServerSettings:

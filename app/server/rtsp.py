@@ -1,13 +1,14 @@
 """The RTSP output as the server sees it: optional, with the reason when it is off.
 
-`app.media.rtsp_out` needs GStreamer's RTSP server through PyGObject; when it cannot be imported or cannot
-start, the server still runs and `/readyz`, the start-up banner and the stream routes say why RTSP is off.
+`app.media.rtsp_out` needs GStreamer's RTSP server through PyGObject, which it loads on first use; when that
+is missing or the server cannot start, the server still runs and `/readyz`, the start-up banner and the
+stream routes say why RTSP is off.
 """
 
-import importlib
 import logging
-from typing import Any, Protocol
+from typing import Protocol
 
+from app.media.rtsp_out import RtspServer
 from app.pipeline.types import Image
 
 log = logging.getLogger(__name__)
@@ -24,7 +25,7 @@ class RtspOutput:
         self.port = port
         self.host = host
         self.public_host = public_host
-        self._server: Any = None
+        self._server: RtspServer | None = None
         self.reason: str | None = None if enabled else "disabled by SWAPCAST_RTSP_ENABLED=false"
         self._enabled = enabled
 
@@ -36,23 +37,12 @@ class RtspOutput:
         """Start the RTSP server if it can run here; otherwise remember why not. Never raises."""
         if not self._enabled:
             return
+        server = RtspServer(self.port, host=self.host)
         try:
-            module = importlib.import_module("app.media.rtsp_out")
-        except Exception as exc:  # a missing module or a missing GStreamer binding: RTSP is optional
-            self.reason = f"RTSP output cannot load: {exc}"
-            log.warning("%s", self.reason)
-            return
-        try:
-            server = module.RtspServer(self.port, host=self.host)
             server.start()
-        except Exception as exc:  # the server could not bind or build its pipeline
+        except Exception as exc:  # GStreamer is missing, or the server could not bind or build its pipeline
             self.reason = f"RTSP server did not start: {exc}"
             log.warning("%s", self.reason)
-            return
-        if not getattr(server, "available", True):
-            self.reason = str(getattr(server, "unavailable_reason", None) or "RTSP server unavailable")
-            log.warning("RTSP output is off: %s", self.reason)
-            _stop_quietly(server)
             return
         self._server = server
         self.reason = None
@@ -95,7 +85,7 @@ class RtspOutput:
         return total
 
 
-def _stop_quietly(server: Any) -> None:
+def _stop_quietly(server: RtspServer) -> None:
     try:
         server.stop()
     except Exception:

@@ -11,13 +11,14 @@ from prometheus_client import CollectorRegistry
 
 from app.identity.cache import IdentityCache
 from app.identity.store import IdentityNotFound, IdentityStore, is_identity_id
-from app.media.webrtc import SessionConfig, SessionManager
+from app.media.webrtc import SessionConfig
 from app.observability import Metrics
 from app.pipeline.pipeline import FramePipeline
 from app.pipeline.swap import PreparedSource
-from app.server.ingest import StreamManager
 from app.server.rtsp import RtspOutput
+from app.server.sessions import SessionManager
 from app.server.settings import ServerSettings
+from app.server.streams import StreamManager
 from app.settings import BatchingSettings, PipelineSettings
 
 log = logging.getLogger(__name__)
@@ -34,7 +35,7 @@ def shared_pipeline_factory(batching: BatchingSettings | None, registry: Collect
     def build(settings: PipelineSettings) -> FramePipeline:
         from app.pipeline.factory import build_pipeline
 
-        return build_pipeline(settings, batching=batching.plan() if batching else None, registry=registry)
+        return build_pipeline(settings, batching=batching, registry=registry)
 
     return build
 

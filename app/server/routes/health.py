@@ -6,6 +6,7 @@ from fastapi import APIRouter, Response
 from fastapi.responses import JSONResponse
 
 from app.server.deps import StateDep
+from app.server.errors import retry_after
 
 router = APIRouter(tags=["health"])
 
@@ -21,7 +22,7 @@ async def readyz(state: StateDep) -> JSONResponse:
         return JSONResponse(
             {"status": "not ready", "reason": state.not_ready_reason},
             status_code=503,
-            headers={"Retry-After": str(state.settings.retry_after_s)},
+            headers=retry_after(state.settings),
         )
     return JSONResponse({"status": "ready", "engine": state.pipeline.engine.name})
 

@@ -13,7 +13,7 @@ from starlette.datastructures import UploadFile
 from starlette.formparsers import MultiPartException, MultiPartParser
 
 from app.identity.images import ImageInfo, ImageRejected, decode_image, sniff_format
-from app.identity.store import Identity, IdentityNotFound, IdentityUnreadable
+from app.identity.store import Identity
 from app.pipeline.pipeline import FramePipeline
 from app.pipeline.swap import PreparedSource
 from app.pipeline.types import Face, Image
@@ -161,12 +161,9 @@ async def create_identity(request: Request, state: StateDep, pipeline: PipelineD
         raise HTTPException(415, "unsupported image type: send a JPEG, PNG or WebP file")
 
     loop = asyncio.get_running_loop()
-    try:
-        info, faces, prepared, thumb = await loop.run_in_executor(
-            state.control_executor, _analyse, pipeline, data, settings.max_image_pixels, face_index
-        )
-    except ImageRejected as exc:
-        raise HTTPException(exc.status, exc.reason) from None
+    info, faces, prepared, thumb = await loop.run_in_executor(
+        state.control_executor, _analyse, pipeline, data, settings.max_image_pixels, face_index
+    )
     identity = await loop.run_in_executor(
         state.control_executor,
         lambda: state.store.create(
@@ -199,12 +196,7 @@ async def list_identities(state: StateDep, store: StoreDep) -> IdentityList:
 
 async def _get(state: StateDep, identity_id: str) -> Identity:
     loop = asyncio.get_running_loop()
-    try:
-        return await loop.run_in_executor(state.control_executor, state.store.get, identity_id)
-    except IdentityNotFound as exc:
-        raise HTTPException(404, str(exc)) from None
-    except IdentityUnreadable as exc:
-        raise HTTPException(409, str(exc)) from None
+    return await loop.run_in_executor(state.control_executor, state.store.get, identity_id)
 
 
 @router.get("/{identity_id}", response_model=IdentityOut)
@@ -216,10 +208,7 @@ async def get_identity(identity_id: IdentityId, state: StateDep) -> IdentityOut:
 async def get_thumbnail(identity_id: IdentityId, state: StateDep) -> Response:
     await _get(state, identity_id)
     loop = asyncio.get_running_loop()
-    try:
-        data = await loop.run_in_executor(state.control_executor, state.store.thumbnail, identity_id)
-    except IdentityNotFound as exc:
-        raise HTTPException(404, str(exc)) from None
+    data = await loop.run_in_executor(state.control_executor, state.store.thumbnail, identity_id)
     return Response(data, media_type="image/jpeg", headers={"Cache-Control": "private, max-age=3600"})
 
 
@@ -228,8 +217,6 @@ async def delete_identity(identity_id: IdentityId, state: StateDep) -> Response:
     loop = asyncio.get_running_loop()
     try:
         await loop.run_in_executor(state.control_executor, state.store.delete, identity_id)
-    except IdentityNotFound as exc:
-        raise HTTPException(404, str(exc)) from None
     finally:
         state.cache.invalidate(identity_id)
     return Response(status_code=204)

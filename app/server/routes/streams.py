@@ -7,10 +7,7 @@ from urllib.parse import urlsplit
 from fastapi import APIRouter, HTTPException, Path, Response
 from pydantic import BaseModel, Field
 
-from app.media.webrtc import AdmissionError
 from app.server.deps import StateDep, StreamsDep
-from app.server.ingest import StreamNotFound, StreamsUnavailable
-from app.server.routes.sessions import load_identity
 from app.server.settings import ServerSettings
 
 router = APIRouter(prefix="/v1/streams", tags=["streams"])
@@ -56,16 +53,9 @@ async def create_stream(
     request: StreamRequest, state: StateDep, streams: StreamsDep, response: Response
 ) -> dict[str, Any]:
     source_url = check_source(request.source_url, state.settings)
-    reason = streams.unavailable_reason
-    if reason is not None:
-        raise HTTPException(503, reason)
-    source = await load_identity(state, request.identity)
-    try:
-        stream = await streams.open(source_url, request.identity, source)
-    except AdmissionError as exc:
-        raise HTTPException(503, str(exc), headers={"Retry-After": str(state.settings.retry_after_s)}) from None
-    except StreamsUnavailable as exc:
-        raise HTTPException(503, str(exc)) from None
+    streams.check_available()
+    source = await state.load_source(request.identity)
+    stream = await streams.open(source_url, request.identity, source)
     response.headers["Location"] = f"/v1/streams/{stream.id}"
     return stream.stats()
 
@@ -77,16 +67,10 @@ async def list_streams(streams: StreamsDep) -> dict[str, list[dict[str, Any]]]:
 
 @router.get("/{stream_id}")
 async def get_stream(stream_id: StreamId, streams: StreamsDep) -> dict[str, Any]:
-    try:
-        return streams.get(stream_id).stats()
-    except StreamNotFound as exc:
-        raise HTTPException(404, str(exc)) from None
+    return streams.get(stream_id).stats()
 
 
 @router.delete("/{stream_id}", status_code=204)
 async def delete_stream(stream_id: StreamId, streams: StreamsDep) -> Response:
-    try:
-        await streams.close(stream_id)
-    except StreamNotFound as exc:
-        raise HTTPException(404, str(exc)) from None
+    await streams.close(stream_id)
     return Response(status_code=204)

@@ -6,7 +6,6 @@ streams, gives each its own tracker and identity, and feeds the metrics.
 
 import asyncio
 import dataclasses
-import importlib
 import logging
 import secrets
 import threading
@@ -16,13 +15,15 @@ from typing import Any
 
 import av
 
-from app.media.webrtc import AdmissionError
+from app.media.rtsp_in import IngestWorker
 from app.observability import Metrics
 from app.pipeline.pipeline import FramePipeline
 from app.pipeline.swap import PreparedSource
 from app.pipeline.timing import StageTimer
 from app.pipeline.types import Image
-from app.server.rtsp import RtspOutput
+from app.runtime.batcher import BatcherError
+from app.server.admission import Admission
+from app.server.rtsp import FramePublisher, RtspOutput
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +48,7 @@ class LazyPublisher:
         self._path = path
         self._fps = fps
         self._lock = threading.Lock()
-        self._publisher: Any = None
+        self._publisher: FramePublisher | None = None
         self._closed = False
 
     def open(self, width: int, height: int) -> None:
@@ -101,7 +102,7 @@ class Stream:
         self.created = datetime.now(UTC).isoformat(timespec="seconds")
         self.rtsp_path = f"/stream/{self.id}"
         self.rtsp_url: str | None = None
-        self.worker: Any = None
+        self.worker: IngestWorker | None = None
         self.publisher: LazyPublisher | None = None
         self._pipeline = pipeline
         self._tracker = pipeline.new_stream()
@@ -112,10 +113,20 @@ class Stream:
         self._seen_dropped = 0
 
     def process(self, frames: list[Image]) -> list[Image]:
-        """Called by the ingest worker's thread with decoded frames; returns the swapped ones."""
+        """Called by the ingest worker's thread with decoded frames; returns the swapped ones.
+
+        Frames that fail are counted as dropped, as a session counts them, and the error goes on to the worker,
+        which counts and logs it."""
         timer = StageTimer()
         self.sync_counters()
-        results = self._pipeline.process(frames, self.source, self._tracker, timer, session=f"stream-{self.id}")
+        try:
+            results = self._pipeline.process(frames, self.source, self._tracker, timer, session=f"stream-{self.id}")
+        except BatcherError:  # stale under load (deadline, queue full)
+            self._metrics.frames_dropped.labels(KIND, "stale").inc(len(frames))
+            raise
+        except Exception:
+            self._metrics.frames_dropped.labels(KIND, "error").inc(len(frames))
+            raise
         self._metrics.observe_stages(timer)
         self._metrics.frames_out.labels(KIND).inc(len(results))
         return [r.image for r in results]
@@ -129,7 +140,7 @@ class Stream:
             stats = worker.stats()
         except Exception:  # a stopping worker may not answer; the next call catches up
             return
-        frames_in, dropped = int(getattr(stats, "frames_in", 0)), int(getattr(stats, "dropped", 0))
+        frames_in, dropped = stats.frames_in, stats.dropped
         with self._counters_lock:
             if frames_in > self._seen_in:
                 self._metrics.frames_in.labels(KIND).inc(frames_in - self._seen_in)
@@ -149,11 +160,10 @@ class Stream:
         worker_stats: dict[str, Any] = {}
         if self.worker is not None:
             try:
-                raw = self.worker.stats()
-                worker_stats = dict(raw) if isinstance(raw, dict) else dataclasses.asdict(raw)
+                worker_stats = dataclasses.asdict(self.worker.stats())
             except Exception:  # a worker that is stopping may not answer
                 worker_stats = {}
-        state = getattr(self.worker, "state", None) or self.state
+        state = self.worker.state if self.worker is not None else self.state
         return {
             "id": self.id,
             "source_url": self.source_url,
@@ -173,56 +183,46 @@ class StreamManager:
         metrics: Metrics,
         rtsp: RtspOutput,
         max_streams: int,
-        worker_factory: Callable[..., Any] | None = None,
+        worker_factory: Callable[..., IngestWorker] = IngestWorker,
     ) -> None:
         self.pipeline = pipeline
         self._metrics = metrics
         self._rtsp = rtsp
-        self._max = max_streams
-        self._streams: dict[str, Stream] = {}
-        self._reserved = 0
-        self._accepting = True
         self._worker_factory = worker_factory
-        self._unavailable: str | None = None
-        if worker_factory is None:
-            try:
-                self._worker_factory = importlib.import_module("app.media.rtsp_in").IngestWorker
-            except Exception as exc:  # RTSP ingest is optional
-                self._unavailable = f"RTSP ingest cannot load: {exc}"
+        self._admission: Admission[Stream] = Admission(
+            kind=KIND, capacity=max_streams, metrics=metrics, active=metrics.streams_active
+        )
 
     @property
     def unavailable_reason(self) -> str | None:
         if not self._rtsp.available:
             return f"RTSP output is off: {self._rtsp.reason}"
-        return self._unavailable
+        return None
 
     def __len__(self) -> int:
-        return len(self._streams)
+        return len(self._admission)
 
     def streams(self) -> list[Stream]:
-        return list(self._streams.values())
+        return self._admission.items()
 
     def rtsp_paths(self) -> list[str]:
-        return [s.rtsp_path for s in self._streams.values()]
+        return [s.rtsp_path for s in self._admission.items()]
 
     def get(self, stream_id: str) -> Stream:
-        stream = self._streams.get(stream_id)
+        stream = self._admission.get(stream_id)
         if stream is None:
             raise StreamNotFound(stream_id)
         return stream
 
-    async def open(self, source_url: str, identity_id: str, source: PreparedSource) -> Stream:
+    def check_available(self) -> None:
+        """`StreamsUnavailable` with the reason when streams cannot run here."""
         reason = self.unavailable_reason
-        if reason is not None or self._worker_factory is None:
-            raise StreamsUnavailable(reason or "RTSP ingest is off")
-        if not self._accepting:
-            self._metrics.admission_rejections.labels("stream", "shutting_down").inc()
-            raise AdmissionError("the server is shutting down")
-        if len(self._streams) + self._reserved >= self._max:
-            self._metrics.admission_rejections.labels("stream", "capacity").inc()
-            raise AdmissionError(f"all {self._max} stream slots are taken")
-        self._reserved += 1
-        try:
+        if reason is not None:
+            raise StreamsUnavailable(reason)
+
+    async def open(self, source_url: str, identity_id: str, source: PreparedSource) -> Stream:
+        self.check_available()
+        with self._admission.reserve():
             stream = Stream(
                 source_url=source_url,
                 identity_id=identity_id,
@@ -246,27 +246,18 @@ class StreamManager:
                 if isinstance(exc, Exception):
                     raise StreamsUnavailable(f"cannot start the stream: {exc}") from None
                 raise
-            self._streams[stream.id] = stream
-            self._metrics.streams_active.set(len(self._streams))
+            self._admission.admit(stream.id, stream)
             return stream
-        finally:
-            self._reserved -= 1
 
     async def close(self, stream_id: str) -> None:
-        stream = self._streams.pop(stream_id, None)
+        stream = self._admission.release(stream_id)
         if stream is None:
             raise StreamNotFound(stream_id)
-        self._metrics.streams_active.set(len(self._streams))
         await asyncio.get_running_loop().run_in_executor(None, _stop_stream, stream)
 
     async def close_all(self, grace_s: float) -> bool:
-        self._accepting = False
-        ids = list(self._streams)
-        if not ids:
-            return True
-        closers = [asyncio.ensure_future(self.close(i)) for i in ids]
-        _, pending = await asyncio.wait(closers, timeout=grace_s)
-        return not pending
+        """Refuse new streams and stop all running ones; False if some did not finish within `grace_s`."""
+        return await self._admission.close_all(lambda s: self.close(s.id), grace_s)
 
 
 def _stop_stream(stream: Stream) -> None:

@@ -1,0 +1,296 @@
+"""Feeding one path's encoder: the newest frame pushed, as I420, into
+
+    appsrc (live, timestamped on arrival) → x264enc (zerolatency, ultrafast) → rtph264pay
+
+`config-interval=1` repeats SPS/PPS every second: with x264's sliced threads the alternative
+(`-1`) gives clients corrupt frames.
+
+FFmpeg-based clients (OBS's media source, ffmpeg, PyAV) find the end of an H.264 frame only when
+the next NAL that cannot belong to it arrives, which normally is the next frame: one frame
+interval (33 ms at 30 fps) of delay on top of everything else. So each encoded frame is followed
+at once by an access unit delimiter (x264's own leading ones are switched off), which tells those
+parsers the frame is complete. Measured over loopback at 640x480@30 this takes the push-to-decoded
+latency from ~37 ms to ~4 ms; `aud_after_frame=False` turns it off.
+
+While no client plays the path, frames pushed are dropped at once, before any conversion, and the
+encoder is idle. A media answers a client's DESCRIBE only once its first frame is encoded, and
+FFmpeg probes ~20 frames before it returns from opening a stream and then decodes nothing before a
+keyframe; so a media starts from the last frame pushed (black if there was none), a client that
+starts playing gets keyframes at once and 0.5 s and 1 s later, and when no new frame has come for
+two frame intervals the last one is sent again at the announced rate, as a camera would. Clients
+connect promptly to a paused producer and their read timeouts do not fire while it pauses.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Any
+
+import cv2
+import numpy as np
+import numpy.typing as npt
+
+from app.media.mailbox import Mailbox
+from app.media.rtsp_out.bindings import Bindings
+from app.pipeline.types import Image
+
+log = logging.getLogger(__name__)
+
+# Frames the appsrc may hold while the encoder is busy; older ones are dropped beyond that.
+APPSRC_MAX_BUFFERS = 2
+
+# After a client starts playing, the encoder is asked for keyframes this long after: at once for
+# clients that keep what they read while probing the stream, later for those that drop it.
+KEYFRAMES_AFTER_PLAY_S = (0.0, 0.5, 1.0)
+
+# How long a frame waits for a new media's pipeline to start playing before it is dropped.
+START_TIMEOUT_S = 2.0
+
+# An H.264 access unit delimiter NAL (primary_pic_type 7: any slice type), with its start code.
+AUD = b"\x00\x00\x00\x01\x09\xf0"
+
+
+def launch_description(width: int, height: int, fps: int, bitrate_kbps: int, aud_after_frame: bool) -> str:
+    """The gst-rtsp-server launch line of one path's media."""
+    caps = f"video/x-raw,format=I420,width={width},height={height},framerate={fps}/1"
+    return (
+        f"( appsrc name=src is-live=true do-timestamp=true format=time "
+        f"max-buffers={APPSRC_MAX_BUFFERS} leaky-type=downstream caps={caps} "
+        f"! x264enc name=enc tune=zerolatency speed-preset=ultrafast bitrate={bitrate_kbps} "
+        f"key-int-max={2 * fps} aud={'false' if aud_after_frame else 'true'} "
+        f"! video/x-h264,stream-format=byte-stream,alignment=au,profile=constrained-baseline "
+        f"! rtph264pay name=pay0 pt=96 config-interval=1 )"
+    )
+
+
+class AudAppender:
+    """A pad probe that sends each encoded frame on with an access unit delimiter appended.
+
+    One per media: the recursion guard relies on the pad having a single streaming thread."""
+
+    def __init__(self, gst: Bindings) -> None:
+        self._gst = gst
+        self._inside = False
+
+    def __call__(self, pad: Any, info: Any) -> Any:
+        Gst = self._gst.Gst
+        if self._inside:  # the buffer pushed below, coming through this probe again
+            return Gst.PadProbeReturn.OK
+        frame = info.get_buffer()
+        ok, mapped = frame.map(Gst.MapFlags.READ)
+        if not ok:
+            return Gst.PadProbeReturn.OK
+        try:
+            data = bytes(mapped.data)
+        finally:
+            frame.unmap(mapped)
+        out = Gst.Buffer.new_wrapped(data + AUD)
+        out.pts, out.dts, out.duration = frame.pts, frame.dts, frame.duration
+        out.set_flags(frame.get_flags())
+        self._inside = True
+        try:
+            pad.push(out)
+        finally:
+            self._inside = False
+        return Gst.PadProbeReturn.HANDLED
+
+
+class EncoderFeed:
+    """The feeder thread of one path and what it reads: the newest frame, the current media's appsrc and
+    encoder, how many clients play, and the keyframes due.
+
+    Counters (plain ints, read without locking): ``frames_pushed`` (every frame offered), ``frames_sent``
+    (handed to the encoder), ``frames_repeated`` (sent but not fresh: a new media's first frame and repeats
+    while no new frame comes), ``errors`` (frames that could not be converted or handed to the encoder,
+    logged once); `dropped` counts frames replaced before the feeder took them (``superseded``) and frames
+    pushed out of the appsrc's short queue while the encoder was busy (``encoder_busy``).
+    """
+
+    def __init__(self, gst: Bindings, path: str, width: int, height: int, fps: int) -> None:
+        self.path = path
+        self.width = width
+        self.height = height
+        self.fps = fps
+        self.frames_pushed = 0
+        self.frames_sent = 0
+        self.frames_repeated = 0
+        self.errors = 0
+        self._gst = gst
+        self._cond = threading.Condition()
+        self._frames: Mailbox[Image] = Mailbox(cond=self._cond)
+        self._last: Image | None = None  # the newest frame pushed, streaming or not
+        self._prime = False  # a new media waits for its first frame
+        self._appsrc: Any = None
+        self._encoder: Any = None
+        self._watchers = 0  # clients playing the path
+        self._keyframes_due: list[float] = []
+        self._closed = False
+        self._thread = threading.Thread(target=self._feed, name=f"rtsp-feed{path}", daemon=True)
+        self._thread.start()
+
+    @property
+    def dropped(self) -> int:
+        return self._frames.dropped
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    @property
+    def streaming(self) -> bool:
+        return self._watchers > 0 and self._appsrc is not None
+
+    def offer(self, image: Image) -> None:
+        """The newest frame; kept for the feeder only while a client plays the path."""
+        with self._cond:
+            self.frames_pushed += 1
+            self._last = image
+            if self._watchers == 0 or self._appsrc is None or self._closed:
+                return
+            self._frames.put(image)
+
+    def set_watchers(self, count: int) -> None:
+        with self._cond:
+            if self._watchers == 0 and count > 0:
+                self._prime = True
+            self._watchers = count
+            if count == 0:
+                self._frames.discard()
+            self._cond.notify()
+
+    def schedule_keyframes(self) -> None:
+        """A client started playing: ask for keyframes now and a little later."""
+        now = time.monotonic()
+        with self._cond:
+            self._keyframes_due = sorted(self._keyframes_due + [now + delay for delay in KEYFRAMES_AFTER_PLAY_S])
+            self._cond.notify()
+
+    def attach(self, appsrc: Any, encoder: Any) -> bool:
+        """Feed this media from now on, starting with the last frame; False once closed."""
+        with self._cond:
+            if self._closed:
+                return False
+            self._appsrc, self._encoder = appsrc, encoder
+            self._prime = True  # the media prepares (and the DESCRIBE returns) once a frame is encoded
+            self._cond.notify()
+            return True
+
+    def detach(self) -> None:
+        with self._cond:
+            self._appsrc = self._encoder = None
+            self._frames.discard()
+            self._prime = False
+
+    def request_keyframe(self) -> None:
+        """Ask the encoder to make the next frame a keyframe (with SPS/PPS)."""
+        encoder = self._encoder
+        if encoder is None:
+            return
+        gst = self._gst
+        event = gst.GstVideo.video_event_new_upstream_force_key_unit(gst.Gst.CLOCK_TIME_NONE, True, 0)
+        encoder.get_static_pad("src").send_event(event)
+
+    def close(self) -> bool:
+        """Stop feeding; False when it was already closed."""
+        with self._cond:
+            if self._closed:
+                return False
+            self._closed = True
+            self._frames.discard()
+            self._cond.notify_all()
+            return True
+
+    def join(self, timeout: float) -> None:
+        if self._thread is not threading.current_thread():
+            self._thread.join(timeout=timeout)
+
+    # Feeder thread.
+    def _next_frame(self, repeat_at: float | None) -> tuple[Image | None, bool, Any] | None:
+        """Wait for what to send next, or None once closed: (image, fresh, appsrc).
+
+        `image` is None to send the previous frame again (once `repeat_at` has passed); `fresh` is
+        True for a frame from `offer`, False for the last or a black one that starts a stream."""
+        with self._cond:
+            while not self._closed:
+                appsrc = self._appsrc
+                if appsrc is None:
+                    self._cond.wait()
+                elif (image := self._frames.take()) is not None:
+                    self._prime = False
+                    return image, True, appsrc
+                elif self._prime:
+                    self._prime = False
+                    return (self._last if self._last is not None else self._black()), False, appsrc
+                elif self._watchers == 0 or repeat_at is None:
+                    self._cond.wait()
+                elif (wait := repeat_at - time.monotonic()) > 0:
+                    self._cond.wait(wait)
+                else:
+                    return None, False, appsrc
+            return None
+
+    def _wait_playing(self, appsrc: Any) -> bool:
+        """Wait (briefly) until the media's pipeline plays; False if it does not, or is replaced.
+
+        A buffer pushed while the pipeline is still starting can reach the encoder without a
+        timestamp, and the stream then stalls: the RTP sink waits for a running time 1000 hours
+        ahead (x264enc's offset for negative DTS)."""
+        playing = self._gst.Gst.State.PLAYING
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while appsrc.get_state(0)[1] != playing:
+            with self._cond:
+                if self._closed or self._appsrc is not appsrc or time.monotonic() > deadline:
+                    return False
+                self._cond.wait(0.005)
+        return True
+
+    def _keyframe_due(self) -> bool:
+        now = time.monotonic()
+        with self._cond:
+            due = [t for t in self._keyframes_due if t <= now]
+            if due:
+                self._keyframes_due = self._keyframes_due[len(due) :]
+            return bool(due)
+
+    def _feed(self) -> None:
+        interval = 1.0 / self.fps
+        previous: bytes | None = None  # the last frame sent, as I420
+        repeat_at: float | None = None
+        while (item := self._next_frame(repeat_at)) is not None:
+            image, fresh, appsrc = item
+            try:
+                if image is not None:
+                    previous = self._to_i420(image).tobytes()
+                    repeat_at = time.monotonic() + 2 * interval
+                else:
+                    repeat_at = time.monotonic() + interval
+                if previous is None or not self._wait_playing(appsrc):
+                    continue
+                if self._keyframe_due():
+                    self.request_keyframe()
+                if appsrc.get_property("current-level-buffers") >= APPSRC_MAX_BUFFERS:
+                    self._frames.count_drop("encoder_busy")  # the appsrc drops its oldest to make room
+                appsrc.emit("push-buffer", self._gst.Gst.Buffer.new_wrapped(previous))
+                if fresh:
+                    self.frames_sent += 1
+                else:
+                    self.frames_repeated += 1
+            except Exception:
+                self.errors += 1
+                if self.errors == 1:
+                    log.exception("RTSP %s: cannot hand frames to the encoder (counted from now on)", self.path)
+
+    def _black(self) -> Image:
+        return np.zeros((self.height, self.width, 3), np.uint8)
+
+    def _to_i420(self, image: Image) -> npt.NDArray[np.uint8]:
+        h, w = image.shape[:2]
+        sized: npt.NDArray[np.uint8] = image
+        if (w, h) != (self.width, self.height):
+            shrink = w * h > self.width * self.height
+            sized = cv2.resize(  # type: ignore[assignment]
+                image, (self.width, self.height), interpolation=cv2.INTER_AREA if shrink else cv2.INTER_LINEAR
+            )
+        return cv2.cvtColor(sized, cv2.COLOR_BGR2YUV_I420)  # type: ignore[return-value]

@@ -1,0 +1,191 @@
+"""One published path: a shared media factory, so any number of clients pull the same encode.
+
+A path's media (the pipeline) is built when its first client asks for it and then kept until the
+path is unpublished or the server stops: gst-rtsp-server answers a client that comes while a shared
+media is shutting down with "503 Service Unavailable", which a reconnecting OBS or ingest would hit.
+A client that starts playing asks the encoder for a keyframe, so it sees a picture at once rather
+than at the next periodic one.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from app.media.rtsp_out.bindings import Bindings
+from app.media.rtsp_out.feed import AudAppender, EncoderFeed, launch_description
+from app.pipeline.types import Image
+
+if TYPE_CHECKING:
+    from app.media.rtsp_out.server import RtspServer
+
+log = logging.getLogger(__name__)
+
+
+def default_bitrate_kbps(width: int, height: int, fps: int) -> int:
+    """About 0.1 bit per pixel: ~0.9 Mbit/s at 640x480@30, ~2.8 at 720p30, ~6.2 at 1080p30."""
+    return max(500, round(width * height * fps * 0.1 / 1000))
+
+
+class RtspPublisher:
+    """One published path: `push` frames, clients pull H.264 over RTSP.
+
+    Counters (plain ints, read without locking): ``frames_pushed``, ``frames_sent``, ``dropped``,
+    ``frames_repeated`` and ``errors``, as `EncoderFeed` explains. Frames pushed while no client is
+    watching are neither sent nor dropped.
+
+    `push` keeps a reference to the array: do not modify it afterwards. The server tells the
+    publisher about its clients through `set_watchers`, `client_started`, `release` and `shutdown`,
+    never with its own lock held: GStreamer calls its signal handlers with its own locks held, and
+    those handlers take this publisher's lock.
+    """
+
+    def __init__(
+        self,
+        server: RtspServer,
+        gst: Bindings,
+        path: str,
+        width: int,
+        height: int,
+        fps: int,
+        bitrate_kbps: int,
+        aud_after_frame: bool,
+    ) -> None:
+        self.path = path
+        self.width = width
+        self.height = height
+        self.fps = fps
+        self.bitrate_kbps = bitrate_kbps
+        self.aud_after_frame = aud_after_frame
+        self._server = server
+        self._gst = gst
+        # Guards the media; taken before the feed's lock, never after it.
+        self._lock = threading.Lock()
+        self._media: Any = None
+        self._held: Any = None  # the media this publisher keeps prepared
+        self._feed = EncoderFeed(gst, path, width, height, fps)
+        self.factory = self._make_factory()
+
+    def launch_description(self) -> str:
+        return launch_description(self.width, self.height, self.fps, self.bitrate_kbps, self.aud_after_frame)
+
+    def _make_factory(self) -> Any:
+        factory = self._gst.GstRtspServer.RTSPMediaFactory.new()
+        factory.set_launch(self.launch_description())
+        factory.set_shared(True)
+        factory.connect("media-configure", self._on_media_configure)
+        return factory
+
+    @property
+    def frames_pushed(self) -> int:
+        return self._feed.frames_pushed
+
+    @property
+    def frames_sent(self) -> int:
+        return self._feed.frames_sent
+
+    @property
+    def frames_repeated(self) -> int:
+        return self._feed.frames_repeated
+
+    @property
+    def errors(self) -> int:
+        return self._feed.errors
+
+    @property
+    def dropped(self) -> int:
+        return self._feed.dropped
+
+    @property
+    def closed(self) -> bool:
+        return self._feed.closed
+
+    @property
+    def streaming(self) -> bool:
+        """True while at least one client plays the path (frames pushed now get encoded)."""
+        return self._feed.streaming
+
+    def push(self, image: Image) -> None:
+        """Offer the newest frame; returns at once. Frames of another size are resized."""
+        if image.ndim != 3 or image.shape[2] != 3 or image.dtype != np.uint8:
+            raise ValueError(f"expected a BGR uint8 HxWx3 image, got {image.dtype} {image.shape}")
+        self._feed.offer(image)
+
+    def request_keyframe(self) -> None:
+        """Ask the encoder to make the next frame a keyframe (with SPS/PPS)."""
+        self._feed.request_keyframe()
+
+    def close(self) -> None:
+        """Stop publishing: the path disappears from the server and its clients are disconnected."""
+        self._server.unpublish(self.path)
+
+    # Called by the server.
+    def set_watchers(self, count: int) -> None:
+        """`count` clients play the path now."""
+        self._feed.set_watchers(count)
+
+    def client_started(self) -> None:
+        """A client started playing: keyframes for it, and the media kept for the next one."""
+        self._feed.schedule_keyframes()
+        with self._lock:
+            media = self._media
+        if media is not None:
+            self._hold(media)
+
+    def release(self) -> None:
+        """Let the media go (the server stops, or the path is unpublished)."""
+        with self._lock:
+            media, self._held = self._held, None
+        if media is not None:
+            media.unprepare()
+
+    def shutdown(self) -> None:
+        """The path is unpublished: stop feeding and forget the media."""
+        if not self._feed.close():
+            return
+        self.release()
+        self._detach()
+        self._feed.join(timeout=2.0)
+
+    def _hold(self, media: Any) -> None:
+        """Keep `media` prepared when its clients leave (see the module docstring)."""
+        with self._lock:
+            if self._held is media or self._feed.closed:
+                return
+            self._held = media
+        if not media.prepare(None):
+            with self._lock:
+                if self._held is media:
+                    self._held = None
+
+    def _detach(self, media: Any = None) -> None:
+        """Forget the current media (or only `media`, when given and still current)."""
+        with self._lock:
+            if media is not None and media is not self._media:
+                return
+            if self._held is self._media:
+                self._held = None
+            self._media = None
+            self._feed.detach()
+
+    # GStreamer callbacks (client and media threads).
+    def _on_media_configure(self, _factory: Any, media: Any) -> None:
+        element = media.get_element()
+        appsrc = element.get_by_name("src")
+        encoder = element.get_by_name("enc")
+        media.connect("prepared", self._hold)
+        media.connect("unprepared", self._on_media_unprepared)
+        if self.aud_after_frame:
+            encoder.get_static_pad("src").add_probe(self._gst.Gst.PadProbeType.BUFFER, AudAppender(self._gst))
+        with self._lock:
+            if not self._feed.attach(appsrc, encoder):
+                return
+            self._media = media
+        log.debug("RTSP %s: media configured", self.path)
+
+    def _on_media_unprepared(self, media: Any) -> None:
+        self._detach(media)
+        log.debug("RTSP %s: media released", self.path)

@@ -1,0 +1,95 @@
+"""The server's WebRTC sessions: admitted against the limit, negotiated, found by id, all closed at shutdown.
+
+What a session does with its media lives in `app.media.webrtc.Session`."""
+
+import asyncio
+from collections.abc import Callable
+from concurrent.futures import Executor
+
+from app.media.webrtc import KIND, OfferError, PublisherFactory, Session, SessionConfig
+from app.observability import Metrics
+from app.pipeline.pipeline import FramePipeline
+from app.pipeline.swap import PreparedSource
+from app.server.admission import Admission
+
+NEGOTIATION_TIMEOUT_S = 10.0
+
+
+class SessionNotFound(LookupError):
+    def __init__(self, session_id: str) -> None:
+        super().__init__(f"session {session_id} not found")
+
+
+class SessionManager:
+    """Open sessions, admission against the limit, and closing them all at shutdown."""
+
+    def __init__(
+        self,
+        *,
+        pipeline: FramePipeline,
+        executor: Executor,
+        metrics: Metrics,
+        config: SessionConfig,
+        publisher_factory: PublisherFactory | None = None,
+        rtsp_url: Callable[[str], str] | None = None,
+    ) -> None:
+        self.pipeline = pipeline
+        self.config = config
+        self._executor = executor
+        self._metrics = metrics
+        self._publisher_factory = publisher_factory
+        self._rtsp_url = rtsp_url
+        self._admission: Admission[Session] = Admission(
+            kind=KIND, capacity=config.max_sessions, metrics=metrics, active=metrics.sessions_active
+        )
+
+    def __len__(self) -> int:
+        return len(self._admission)
+
+    def sessions(self) -> list[Session]:
+        return self._admission.items()
+
+    def rtsp_paths(self) -> list[str]:
+        return [s.rtsp_path for s in self._admission.items() if s.rtsp_url]
+
+    def get(self, session_id: str) -> Session:
+        session = self._admission.get(session_id)
+        if session is None:
+            raise SessionNotFound(session_id)
+        return session
+
+    async def open(self, offer: str, identity_id: str, source: PreparedSource) -> tuple[Session, str]:
+        """Admit, negotiate and register a session; returns it with the SDP answer."""
+        with self._admission.reserve():
+            session = Session(
+                identity_id=identity_id,
+                source=source,
+                pipeline=self.pipeline,
+                executor=self._executor,
+                metrics=self._metrics,
+                config=self.config,
+                on_closed=self._closed,
+                publisher_factory=self._publisher_factory,
+                rtsp_url=self._rtsp_url,
+            )
+            try:
+                answer = await asyncio.wait_for(session.negotiate(offer), NEGOTIATION_TIMEOUT_S)
+            except TimeoutError:
+                await session.close("negotiation failed")
+                raise OfferError("negotiation timed out") from None
+            except BaseException:
+                await session.close("negotiation failed")
+                raise
+            self._admission.admit(session.id, session)
+            return session, answer
+
+    def _closed(self, session: Session) -> None:
+        if self._admission.release(session.id) is not None:
+            self._metrics.sessions_closed.labels(session.close_reason or "unknown").inc()
+
+    async def close(self, session_id: str, reason: str) -> None:
+        await self.get(session_id).close(reason)
+
+    async def close_all(self, reason: str, grace_s: float) -> bool:
+        """Refuse new sessions and close all open ones; False if some did not finish within `grace_s`."""
+        return await self._admission.close_all(lambda s: s.request_close(reason), grace_s)

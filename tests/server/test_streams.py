@@ -1,0 +1,55 @@
+"""An ingest stream counts the frames it could not process as dropped, with the reasons sessions use."""
+
+from collections.abc import Callable
+
+import numpy as np
+import pytest
+
+from app.media.clips import load_sample
+from app.observability import Metrics
+from app.pipeline.factory import build_pipeline
+from app.pipeline.pipeline import FramePipeline
+from app.pipeline.types import Image
+from app.runtime.batcher import BatcherError
+from app.server.streams import Stream
+from app.settings import PipelineSettings
+from engines.store import ModelStore
+
+
+def dropped(metrics: Metrics, reason: str) -> float:
+    value = metrics.registry.get_sample_value("swapcast_frames_dropped_total", {"kind": "stream", "reason": reason})
+    return value or 0.0
+
+
+def stream_on(pipeline: FramePipeline, metrics: Metrics) -> Stream:
+    source = pipeline.prepare_source(load_sample("tom_hanks"))
+    return Stream(source_url="/clip.mp4", identity_id="tom", source=source, pipeline=pipeline, metrics=metrics)
+
+
+def test_a_frame_that_fails_is_counted_as_an_error_drop(store: ModelStore, astronaut: Image) -> None:
+    pipeline = build_pipeline(PipelineSettings(engine="classic", threads=1), store)
+    try:
+        metrics = Metrics()
+        stream = stream_on(pipeline, metrics)
+        assert len(stream.process([astronaut])) == 1
+        grey = np.zeros(astronaut.shape[:2], np.uint8)  # no colour channels: the pipeline cannot paste onto it
+        with pytest.raises(ValueError):
+            stream.process([grey])
+        assert dropped(metrics, "error") == 1
+        assert dropped(metrics, "stale") == 0
+        assert metrics.registry.get_sample_value("swapcast_frames_out_total", {"kind": "stream"}) == 1
+    finally:
+        pipeline.close()
+
+
+def test_a_frame_the_batcher_refuses_is_counted_as_stale(
+    pipeline_factory: Callable[[PipelineSettings], FramePipeline], astronaut: Image
+) -> None:
+    pipeline = pipeline_factory(PipelineSettings(engine="classic", threads=1))
+    metrics = Metrics()
+    stream = stream_on(pipeline, metrics)
+    pipeline.close()  # its batchers refuse work from now on, as an overloaded one refuses a late frame
+    with pytest.raises(BatcherError):
+        stream.process([astronaut, astronaut])
+    assert dropped(metrics, "stale") == 2
+    assert dropped(metrics, "error") == 0

@@ -36,10 +36,12 @@ class Drain:
     def bind(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
 
-    def request(self) -> None:
-        """Begin draining from a signal handler or another thread."""
-        if self._loop is not None and not self._loop.is_closed():
-            self._loop.call_soon_threadsafe(self.begin)
+    def request(self) -> bool:
+        """Begin draining from a signal handler or another thread; False before the server has started."""
+        if self._loop is None or self._loop.is_closed():
+            return False
+        self._loop.call_soon_threadsafe(self.begin)
+        return True
 
     def begin(self) -> bool:
         """Begin draining (on the event loop); False when it had already begun."""

@@ -85,7 +85,7 @@ def test_drain_refuses_new_work_and_waits_for_the_open_session(
         assert server.app.state.drain.status()["drained"] is True
 
 
-def test_sigterm_drains_then_the_drain_timeout_stops_the_server(
+def test_prestop_drain_then_sigterm_keeps_the_session_until_the_drain_timeout(
     tmp_path: Path, model_root: Path, tom_png: bytes, clip: MotionClip
 ) -> None:
     proc = subprocess.Popen(
@@ -139,6 +139,8 @@ def test_sigterm_drains_then_the_drain_timeout_stops_the_server(
                 assert response.status_code == 201
                 assert await client.wait_frames(2, 60)
 
+                # As Kubernetes stops a pod: the preStop hook asks for the drain, then SIGTERM comes.
+                assert (await http.post("/v1/server/drain")).status_code == 202
                 proc.send_signal(signal.SIGTERM)
                 sent = time.monotonic()
                 await asyncio.sleep(1.0)

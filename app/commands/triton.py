@@ -7,7 +7,10 @@ same wait to fill a batch, and queue timeouts equal to the batch deadline.
 import argparse
 from pathlib import Path
 
+from app.commands.arguments import positive_int
 from app.errors import UserError
+from app.model_store import open_model_store
+from app.names import PRECISIONS
 from app.settings import BatchingSettings
 from engines import registry
 from engines.errors import ModelError
@@ -34,9 +37,11 @@ def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None
         "or python (ONNX Runtime inside Triton's python backend; the only backend of the pip tritonserver)",
     )
     export.add_argument("--instance-kind", choices=("cpu", "gpu"), default=None, help="default: gpu for tensorrt")
-    export.add_argument("--instances", type=int, default=1, help="model instances per server (default 1)")
-    export.add_argument("--threads", type=int, default=1, help="threads per CPU instance (default 1)")
-    export.add_argument("--precision", default="fp16", help="TensorRT engine precision to export (default fp16)")
+    export.add_argument("--instances", type=positive_int, default=1, help="model instances per server (default 1)")
+    export.add_argument("--threads", type=positive_int, default=1, help="threads per CPU instance (default 1)")
+    export.add_argument(
+        "--precision", choices=PRECISIONS, default="fp16", help="TensorRT plan precision to export (default fp16)"
+    )
     export.set_defaults(func=run_export)
 
 
@@ -50,13 +55,11 @@ def stage_batch(role: str, batching: BatchingSettings) -> int:
 
 
 def run_export(args: argparse.Namespace) -> int:
-    if args.instances < 1 or args.threads < 1:
-        raise UserError("--instances and --threads must be at least 1")
     platform: Platform = args.platform
     kind: InstanceKind = args.instance_kind or ("gpu" if platform == "tensorrt" else "cpu")
     if platform == "python" and kind == "gpu":
         raise UserError("the python-backend models run ONNX Runtime on the CPU: use --instance-kind cpu")
-    store = ModelStore()
+    store = open_model_store()
     names = args.models or [e.name for e in registry.entries() if store.status(e.name) == "verified"]
     if not names:
         raise UserError(f"no verified models in {store.root}: run `swapcast models import` first")
@@ -85,9 +88,9 @@ def _source(
     )
     if platform != "tensorrt":
         return ModelSource(name, onnx, spec)
-    from engines.tensorrt.manifest import engine_path, probe_platform, read_manifest
+    from engines.tensorrt.manifest import probe_platform, read_manifest
 
-    plan = engine_path(onnx, probe_platform().gpu_name, precision)
+    plan = store.files(name).engine(probe_platform().gpu_name, precision)
     if not plan.is_file():
         return ModelSource(name, onnx, spec)  # the export says how to build it
     return ModelSource(name, onnx, spec, plan=plan, plan_max_batch=read_manifest(plan).max_batch)

@@ -2,14 +2,14 @@
 
 Each identity is a directory named by its id holding the photo exactly as uploaded, `meta.json`, a small
 `thumb.jpg` of the chosen face and, under `prepared/`, one `.npy` per swap model it was prepared for (keyed by
-the engine's model_key). A directory appears only once complete (written aside, then renamed into place).
+the engine's model_key). A directory appears only once complete (written aside, flushed to disk, then renamed
+into place).
 `load_prepared` is the loader for `IdentityCache`: it reads the stored preparation for a model, or prepares the
 stored photo again when the model changed.
 """
 
 import hashlib
 import json
-import os
 import re
 import secrets
 import shutil
@@ -26,6 +26,7 @@ from app.errors import UserError
 from app.identity.images import FORMATS, ImageRejected, decode_image
 from app.pipeline.swap import PreparedSource
 from app.pipeline.types import Image
+from engines.atomic import atomic_path, rename_durably, replace_dir
 
 ID_PATTERN = re.compile(r"^[0-9a-f]{32}$")
 _META = "meta.json"
@@ -129,7 +130,7 @@ class IdentityStore:
             (staging / _PREPARED).mkdir()
             _save_array(staging / _PREPARED / prepared_file_name(prepared.model_key), prepared.data)
             (staging / _META).write_text(json.dumps(asdict(identity), indent=1), encoding="utf-8")
-            os.replace(staging, self.root / identity.id)
+            replace_dir(staging, self.root / identity.id)
         except BaseException:
             shutil.rmtree(staging, ignore_errors=True)
             raise
@@ -172,7 +173,7 @@ class IdentityStore:
         directory = self._dir(identity_id)
         trash = self.root / f".trash-{identity_id}-{secrets.token_hex(4)}"
         try:
-            os.replace(directory, trash)
+            rename_durably(directory, trash)
         except FileNotFoundError:
             raise IdentityNotFound(identity_id) from None
         shutil.rmtree(trash, ignore_errors=True)
@@ -225,7 +226,5 @@ class IdentityStore:
 
 
 def _save_array(path: Path, data: np.ndarray) -> None:
-    tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
-    with tmp.open("wb") as f:
+    with atomic_path(path) as tmp, tmp.open("wb") as f:
         np.save(f, np.ascontiguousarray(data), allow_pickle=False)
-    os.replace(tmp, path)

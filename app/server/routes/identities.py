@@ -5,18 +5,14 @@ import re
 from pathlib import PurePath
 from typing import Annotated
 
-import cv2
-import numpy as np
 from fastapi import APIRouter, HTTPException, Path, Request, Response
 from pydantic import BaseModel
 from starlette.datastructures import UploadFile
 from starlette.formparsers import MultiPartException, MultiPartParser
 
-from app.identity.images import ImageInfo, ImageRejected, decode_image, sniff_format
+from app.identity.enrol import enrol
+from app.identity.images import sniff_format
 from app.identity.store import Identity
-from app.pipeline.pipeline import FramePipeline
-from app.pipeline.swap import PreparedSource
-from app.pipeline.types import Face, Image
 from app.server.deps import PipelineDep, StateDep, StoreDep
 from app.server.limits import capped_stream, media_type
 
@@ -24,7 +20,6 @@ router = APIRouter(prefix="/v1/identities", tags=["identities"])
 
 MULTIPART_OVERHEAD = 64 * 1024
 MAX_NAME = 100
-THUMB_SIZE = 160
 
 IdentityId = Annotated[str, Path(min_length=1, max_length=64)]
 
@@ -81,46 +76,6 @@ def _parse_face_index(raw: str | None) -> int | None:
     return value
 
 
-def _thumbnail(image: Image, face: Face) -> bytes:
-    x1, y1, x2, y2 = (float(v) for v in face.box)
-    cx, cy = (x1 + x2) / 2, (y1 + y2) / 2
-    half = max(x2 - x1, y2 - y1) * 0.7
-    height, width = image.shape[:2]
-    top, bottom = int(max(0, cy - half)), int(min(height, cy + half))
-    left, right = int(max(0, cx - half)), int(min(width, cx + half))
-    crop = image[top:bottom, left:right] if bottom > top and right > left else image
-    scale = THUMB_SIZE / max(crop.shape[:2])
-    if scale < 1:
-        size = (max(1, round(crop.shape[1] * scale)), max(1, round(crop.shape[0] * scale)))
-        crop = np.asarray(cv2.resize(crop, size, interpolation=cv2.INTER_AREA), np.uint8)
-    ok, encoded = cv2.imencode(".jpg", np.ascontiguousarray(crop), [cv2.IMWRITE_JPEG_QUALITY, 85])
-    if not ok:
-        raise RuntimeError("thumbnail encoding failed")
-    return encoded.tobytes()
-
-
-def _analyse(
-    pipeline: FramePipeline, data: bytes, max_pixels: int, face_index: int | None
-) -> tuple[ImageInfo, int, PreparedSource, bytes]:
-    """Runs in an executor: decode, find faces, pick one, prepare it for the engine."""
-    image, info = decode_image(data, max_pixels)
-    (faces,) = pipeline.detector.process([image])
-    if not faces:
-        raise ImageRejected(422, "no face found in the image")
-    if face_index is None:
-        if len(faces) > 1:
-            raise ImageRejected(
-                422, f"found {len(faces)} faces; choose one with face_index 0..{len(faces) - 1} (by detector score)"
-            )
-        face = faces[0]
-    elif face_index < len(faces):
-        face = faces[face_index]
-    else:
-        raise ImageRejected(422, f"the image has {len(faces)} face(s); face_index {face_index} does not exist")
-    prepared = pipeline.engine.prepare(image, face)
-    return info, len(faces), prepared, _thumbnail(image, face)
-
-
 @router.post("", status_code=201, response_model=IdentityOut)
 async def create_identity(request: Request, state: StateDep, pipeline: PipelineDep) -> IdentityOut:
     """Multipart form: `image` (JPEG, PNG or WebP), optional `face_index`, optional `name`."""
@@ -161,23 +116,24 @@ async def create_identity(request: Request, state: StateDep, pipeline: PipelineD
         raise HTTPException(415, "unsupported image type: send a JPEG, PNG or WebP file")
 
     loop = asyncio.get_running_loop()
-    info, faces, prepared, thumb = await loop.run_in_executor(
-        state.control_executor, _analyse, pipeline, data, settings.max_image_pixels, face_index
+    enrolment = await loop.run_in_executor(
+        state.control_executor, enrol, pipeline, data, settings.max_image_pixels, face_index
     )
     identity = await loop.run_in_executor(
         state.control_executor,
         lambda: state.store.create(
             name=name,
             photo=data,
-            format=info.format,
-            width=info.width,
-            height=info.height,
-            faces=faces,
+            format=enrolment.info.format,
+            width=enrolment.info.width,
+            height=enrolment.info.height,
+            faces=enrolment.faces,
             face_index=face_index,
-            thumbnail=thumb,
-            prepared=prepared,
+            thumbnail=enrolment.thumbnail,
+            prepared=enrolment.prepared,
         ),
     )
+    prepared = enrolment.prepared
     state.cache.put(identity.id, prepared.model_key, prepared)
     return IdentityOut.of(identity, prepared.model_key)
 

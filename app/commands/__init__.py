@@ -15,12 +15,15 @@ def _commands() -> list[Register]:
         bench_engines,
         bench_quality,
         bench_server,
+        bench_watermark,
         demo,
         engines_group,
         models,
+        provenance,
         serve,
         swap,
         triton,
+        watermark,
     )
 
     return [
@@ -34,6 +37,9 @@ def _commands() -> list[Register]:
         bench_server.register,
         bench_quality.register,
         bench_engines.register,
+        bench_watermark.register,
+        watermark.register,
+        provenance.register,
         triton.register,
     ]
 

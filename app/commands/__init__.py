@@ -23,6 +23,7 @@ def _commands() -> list[Register]:
         provenance,
         serve,
         swap,
+        triton,
         watermark,
     )
 
@@ -41,6 +42,7 @@ def _commands() -> list[Register]:
         bench_watermark.register,
         watermark.register,
         provenance.register,
+        triton.register,
     ]
 
 

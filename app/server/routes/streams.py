@@ -53,13 +53,19 @@ def check_source(url: str, settings: ServerSettings) -> str:
 
 @router.post("", status_code=201)
 async def create_stream(
-    request: StreamRequest, principal: StreamsUser, state: StateDep, streams: StreamsDep, revocation: RevocationDep
+    request: StreamRequest,
+    principal: StreamsUser,
+    state: StateDep,
+    streams: StreamsDep,
+    revocation: RevocationDep,
+    response: Response,
 ) -> dict[str, Any]:
     source_url = check_source(request.source_url, state.settings)
     streams.check_available()
     source = await owned_source(state, principal, request.identity)
     stream = await streams.open(source_url, request.identity, source, label=request.label)
     revocation.stream_started(stream, principal)
+    response.headers["Location"] = f"/v1/streams/{stream.id}"
     return stream.stats()
 
 

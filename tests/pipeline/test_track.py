@@ -38,6 +38,7 @@ def errors(clip: MotionClip, truth: np.ndarray, tracked: list[list[Face]]) -> np
     )
 
 
+@pytest.mark.slow
 def test_smoothed_landmarks_stay_close_to_the_known_motion(moving_face) -> None:  # type: ignore[no-untyped-def]
     clip, detections, truth = moving_face
     tracker = FaceTracker()

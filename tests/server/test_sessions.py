@@ -99,6 +99,7 @@ def test_swapped_frames_come_back_in_order_with_the_face_changed_and_the_stamp_i
     assert wait_until(lambda: httpx.get(session_url).status_code == 404, 15), "session outlived its client"
 
 
+@pytest.mark.slow
 def test_identity_switch_mid_stream_changes_the_output(
     server: RunningServer,
     tom_png: bytes,
@@ -190,6 +191,7 @@ def test_admission_limit_answers_503_with_retry_after_and_vp8_is_served_when_pre
         assert 'swapcast_admission_rejections_total{reason="capacity",resource="session"} 1.0' in metrics
 
 
+@pytest.mark.slow
 def test_a_client_that_vanishes_mid_stream_is_cleaned_up(
     identity_dir: Path, pipeline_factory: Callable[[PipelineSettings], FramePipeline], tom_png: bytes
 ) -> None:
@@ -231,6 +233,7 @@ def test_a_client_that_vanishes_mid_stream_is_cleaned_up(
     assert live_peer_connections() == 0
 
 
+@pytest.mark.slow
 def test_shutdown_closes_open_sessions_within_the_grace_period(
     identity_dir: Path, pipeline_factory: Callable[[PipelineSettings], FramePipeline], tom_png: bytes, clip: MotionClip
 ) -> None:
@@ -254,6 +257,7 @@ def test_shutdown_closes_open_sessions_within_the_grace_period(
     assert not server.thread.is_alive()
 
 
+@pytest.mark.slow
 def test_churn_leaves_no_sessions_tasks_threads_or_peer_connections(
     identity_dir: Path, pipeline_factory: Callable[[PipelineSettings], FramePipeline], tom_png: bytes, clip: MotionClip
 ) -> None:

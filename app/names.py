@@ -16,6 +16,9 @@ SwapEngineChoice = Literal["auto", SwapEngineName]
 # else ONNX Runtime (app.runtime.backend).
 RunBackend = Literal["onnxruntime", "tensorrt", "torch"]
 BackendName = Literal["auto", RunBackend]
+# What live video shows where a swapped face was lost by the detector (app.pipeline.track): `hold` freezes
+# its last swapped look there, `cover` pixelates it, `pass` shows the frame as it is (the real face).
+FaceLostPolicy = Literal["hold", "cover", "pass"]
 
 
 def literal_values(kind: Any) -> tuple[str, ...]:
@@ -29,14 +32,17 @@ def literal_values(kind: Any) -> tuple[str, ...]:
 SWAP_ENGINES = literal_values(SwapEngineName)
 SWAP_ENGINE_CHOICES = literal_values(SwapEngineChoice)
 BACKENDS = literal_values(BackendName)
+FACE_LOST_POLICIES = literal_values(FaceLostPolicy)
 PRECISIONS = literal_values(Precision)
 
 __all__ = [
     "BACKENDS",
+    "FACE_LOST_POLICIES",
     "PRECISIONS",
     "SWAP_ENGINES",
     "SWAP_ENGINE_CHOICES",
     "BackendName",
+    "FaceLostPolicy",
     "Precision",
     "RunBackend",
     "SwapEngineChoice",

@@ -93,7 +93,12 @@ def build_pipeline(
     mask = settings.mask if settings.mask != "auto" else ("ellipse" if engine.name == "classic" else "box")
     config = PipelineConfig(
         faces=settings.faces,
-        tracker=replace(TrackerConfig(), detect_interval=settings.detect_interval),
+        tracker=replace(
+            TrackerConfig(),
+            detect_interval=settings.detect_interval,
+            on_face_lost=settings.on_face_lost,
+            hold_frames=settings.hold_frames,
+        ),
         paste=PasteConfig(mask=mask, color_strength=settings.color_strength),
     )
     if batching is None:

@@ -13,6 +13,7 @@ import cv2
 import numpy as np
 
 from app.pipeline.align import align_faces
+from app.pipeline.cover import pixelate
 from app.pipeline.detect import RetinaFaceDetector
 from app.pipeline.face_choice import FaceChoice, choose_face
 from app.pipeline.paste import PasteBack, PasteConfig, PasteItem
@@ -97,7 +98,10 @@ class FramePipeline:
     def locate(
         self, frames: list[Image], tracker: FaceTracker | None, timer: StageTimer, session: str = DEFAULT_SESSION
     ) -> list[list[Face]]:
-        due = list(range(len(frames))) if tracker is None else [i for i in range(len(frames)) if tracker.due_at(i)]
+        if tracker is None:
+            due = list(range(len(frames)))
+        else:  # the first frame is also detected when a face's region changed since the previous frame
+            due = [i for i in range(len(frames)) if tracker.due_at(i) or (i == 0 and tracker.looks_changed(frames[0]))]
         detected: dict[int, list[Face]] = {}
         if due:
             with timer.stage("detect"):
@@ -106,7 +110,9 @@ class FramePipeline:
         if tracker is None:
             return [detected[i] for i in range(len(frames))]
         with timer.stage("track"):
-            return [tracker.update(detected.get(i)) for i in range(len(frames))]
+            located = [tracker.update(detected.get(i)) for i in range(len(frames))]
+            tracker.note_looks(frames[-1])
+            return located
 
     def process(
         self,
@@ -120,7 +126,7 @@ class FramePipeline:
         batchers' fairness when several streams share the models."""
         timer = timer or StageTimer()
         located = self.locate(frames, tracker, timer, session)
-        chosen = [select_faces(faces, self.config.faces) for faces in located]
+        chosen = [select_faces([f for f in faces if f.status != "lost"], self.config.faces) for faces in located]
         with timer.stage("align"):
             aligned = align_faces(frames, chosen, self.engine.align)
         with timer.stage("swap"):
@@ -131,10 +137,30 @@ class FramePipeline:
                     swapped = stage.process(swapped, session=session)
         with timer.stage("paste"):
             items: list[list[PasteItem]] = [[] for _ in frames]
+            if tracker is not None:  # lost faces first: what covers them is from before this batch
+                frames = [
+                    self._cover_lost(tracker, frame, faces, frame_items)
+                    for frame, faces, frame_items in zip(frames, located, items, strict=True)
+                ]
             for face, crop in zip(aligned, swapped, strict=True):
-                items[face.frame_index].append(self._paste_item(face, crop))
+                item = self._paste_item(face, crop)
+                items[face.frame_index].append(item)
+                if tracker is not None:
+                    tracker.remember(face.face.track_id, item)
             images = self.paster.process(list(zip(frames, items, strict=True)))
         return [FrameResult(image, faces) for image, faces in zip(images, chosen, strict=True)]
+
+    def _cover_lost(self, tracker: FaceTracker, frame: Image, faces: list[Face], items: list[PasteItem]) -> Image:
+        """Hide each lost face that was being swapped: pixelate its last region and, with `hold`, freeze its
+        last swapped look over it (appended to `items`)."""
+        policy = tracker.config.on_face_lost
+        if policy == "pass":
+            return frame
+        lost = [(face, tracker.last_pasted(face.track_id)) for face in faces if face.status == "lost"]
+        lost_swapped = [(face, item) for face, item in lost if item is not None]
+        if policy == "hold":
+            items.extend(item for _, item in lost_swapped)
+        return pixelate(frame, [face for face, _ in lost_swapped])
 
     def _paste_item(self, face: AlignedFace, crop: Image) -> PasteItem:
         """Size the (possibly super-resolved) crop to the face's size in the frame: detail beyond the

@@ -42,6 +42,9 @@ class PipelineSettings(BaseSettings):
     detect_size: int = Field(640, ge=128, le=2048)
     detect_threshold: float = Field(0.75, gt=0.0, lt=1.0)
     detect_interval: int = Field(1, ge=1, le=60)
+    # Live sessions detect in the background, off the frame's path, every K-th frame (and whenever a face is
+    # missed, moves fast or changes look); frames in between are tracked (app.pipeline.live).
+    live_detect_interval: int = Field(3, ge=1, le=60)
     # A swapped face the detector misses is swapped where the tracker predicts it for `hold_frames`, then
     # covered where it was last seen until found again (SWAPCAST_ON_FACE_LOST; app.pipeline.track).
     on_face_lost: FaceLostPolicy = "hold"

@@ -21,6 +21,7 @@ import cv2
 import numpy as np
 import numpy.typing as npt
 
+from app.names import FaceLostPolicy
 from app.pipeline.types import Face, Image, Matrix
 
 CORE_GROWTH = 1.4
@@ -138,3 +139,58 @@ def count_revealed(clip: FaceLostClip, outputs: list[Image]) -> dict[str, Any]:
         "revealed_indices": revealed,
         "unchanged_fraction_max": round(max(unchanged_fractions, default=0.0), 3),
     }
+
+
+def run_face_lost_bench(
+    policies: tuple[FaceLostPolicy, ...] = ("hold", "cover", "pass"),
+    detect_intervals: tuple[int, ...] = (1, 3),
+    size: tuple[int, int] = (640, 480),
+) -> dict[str, Any]:
+    """Revealed-frame counts of the clip for each policy and detection interval, with the server's detector
+    (the store and detector settings of `PipelineSettings`) and the classic engine swapping another identity
+    (tom_hanks onto the astronaut)."""
+    from dataclasses import replace
+
+    from app.media.clips import load_sample
+    from app.model_store import open_model_store
+    from app.pipeline.detect import DetectorConfig, RetinaFaceDetector
+    from app.pipeline.factory import load_model
+    from app.pipeline.paste import PasteConfig
+    from app.pipeline.pipeline import FramePipeline, PipelineConfig
+    from app.pipeline.swap import ClassicEngine
+    from app.pipeline.track import TrackerConfig
+    from app.settings import PipelineSettings
+
+    settings = PipelineSettings()
+    store = open_model_store()
+    detector = RetinaFaceDetector(
+        load_model(store, settings.detector_model, settings),
+        DetectorConfig(
+            size=settings.detect_size,
+            score_threshold=settings.detect_threshold,
+            refine_landmarks=settings.refine_landmarks,
+        ),
+    )
+    try:
+        still = load_sample("astronaut")
+        (faces,) = detector.process([still])
+        if not faces:
+            raise RuntimeError("no face found on the astronaut photo")
+        clip = face_lost_clip(still, faces[0], size=size, face_width=150.0 * size[0] / 640)
+        source_photo = load_sample("tom_hanks")
+        rows: list[dict[str, Any]] = []
+        for interval in detect_intervals:
+            for policy in policies:
+                tracker_config = replace(
+                    TrackerConfig(), detect_interval=interval, on_face_lost=policy, hold_frames=settings.hold_frames
+                )
+                config = PipelineConfig(tracker=tracker_config, paste=PasteConfig(mask="ellipse"))
+                pipeline = FramePipeline(detector, ClassicEngine(), config=config)
+                source = pipeline.prepare_source(source_photo)
+                tracker = pipeline.new_stream()
+                outputs = [pipeline.process([frame], source, tracker)[0].image for frame in clip.frames]
+                counts = count_revealed(clip, outputs)
+                rows.append({"policy": policy, "detect_interval": interval, **counts})
+        return {"clip": {"size": list(size), "frames": len(clip.frames), "segments": clip.segments}, "rows": rows}
+    finally:
+        detector.close()

@@ -122,6 +122,7 @@ def build_pipeline(
             on_face_lost=settings.on_face_lost,
             hold_frames=settings.hold_frames,
         ),
+        live_detect_interval=settings.live_detect_interval,
         # The mesh engine matches colour under its own face mask: paste-back leaves its crops as they are.
         paste=PasteConfig(mask=mask, color_strength=0.0 if engine.name == "mesh" else settings.color_strength),
     )

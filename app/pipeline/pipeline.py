@@ -6,7 +6,8 @@ are wrapped in shared batchers (`app.pipeline.batching`), the others call the mo
 """
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 import cv2
@@ -16,6 +17,7 @@ from app.pipeline.align import align_faces
 from app.pipeline.cover import pixelate
 from app.pipeline.detect import RetinaFaceDetector
 from app.pipeline.face_choice import FaceChoice, choose_face
+from app.pipeline.live import LiveTracking
 from app.pipeline.paste import PasteBack, PasteConfig, PasteItem
 from app.pipeline.stage import DEFAULT_SESSION, Stage
 from app.pipeline.swap import PreparedSource, SwapEngine, SwapItem
@@ -24,6 +26,8 @@ from app.pipeline.track import FaceTracker, TrackerConfig
 from app.pipeline.types import AlignedFace, Face, FrameResult, Image
 
 FaceSelection = Literal["all", "largest"]
+# Background detection threads per pipeline: the server's detect stage batches them across sessions.
+LIVE_DETECT_WORKERS = 4
 
 
 @dataclass(frozen=True)
@@ -31,6 +35,9 @@ class PipelineConfig:
     faces: FaceSelection = "all"
     tracker: TrackerConfig = field(default_factory=TrackerConfig)
     paste: PasteConfig = field(default_factory=PasteConfig)
+    # Live streams (new_live_stream) detect in the background every K-th frame (and whenever a face is
+    # missed, moves fast or changes look); 1 detects every frame, still off the frame's path.
+    live_detect_interval: int = 3
 
 
 @dataclass(frozen=True)
@@ -78,9 +85,13 @@ class FramePipeline:
         self.config = config or PipelineConfig()
         self.paster = PasteBack(self.config.paste)
         self.stages = stages or Stages(detector, engine, tuple(crops))
+        self._detect_executor: ThreadPoolExecutor | None = None
 
     def close(self) -> None:
         """Stop the stages' batchers and release every model (idempotent)."""
+        if self._detect_executor is not None:
+            self._detect_executor.shutdown(wait=True, cancel_futures=True)
+            self._detect_executor = None
         for stage in self.stages.all():
             stage.close()
         self.detector.close()
@@ -89,6 +100,20 @@ class FramePipeline:
     def new_stream(self) -> FaceTracker:
         """Per-stream state for video: tracking and detection interval."""
         return FaceTracker(self.config.tracker)
+
+    def new_live_stream(self) -> LiveTracking:
+        """Per-stream state for live video: tracking, with detection in the background (app.pipeline.live)."""
+        if self._detect_executor is None:
+            self._detect_executor = ThreadPoolExecutor(max_workers=LIVE_DETECT_WORKERS, thread_name_prefix="detect")
+        tracker = FaceTracker(replace(self.config.tracker, detect_interval=self.config.live_detect_interval))
+        return LiveTracking(tracker, self.stages.detect, self._detect_executor)
+
+    def process_live(
+        self, frame: Image, source: PreparedSource, live: LiveTracking, timer: StageTimer, session: str
+    ) -> FrameResult:
+        """One live frame: located without waiting for detection, then swapped like any other."""
+        faces = live.locate(frame, timer, session)
+        return self.process([frame], source, live.tracker, timer, session, located=[faces])[0]
 
     def prepare_source(self, image: Image, choice: FaceChoice = "largest") -> PreparedSource:
         """Prepare an identity from a source photo: the face `choice` picks (app.pipeline.face_choice)."""
@@ -121,11 +146,14 @@ class FramePipeline:
         tracker: FaceTracker | None = None,
         timer: StageTimer | None = None,
         session: str = DEFAULT_SESSION,
+        located: list[list[Face]] | None = None,
     ) -> list[FrameResult]:
         """Swap `source` into every selected face of `frames`. `session` names the caller for the
-        batchers' fairness when several streams share the models."""
+        batchers' fairness when several streams share the models. `located`: the frames' faces when the
+        caller tracked them already (live streams)."""
         timer = timer or StageTimer()
-        located = self.locate(frames, tracker, timer, session)
+        if located is None:
+            located = self.locate(frames, tracker, timer, session)
         chosen = [select_faces([f for f in faces if f.status != "lost"], self.config.faces) for faces in located]
         with timer.stage("align"):
             aligned = align_faces(frames, chosen, self.engine.align)

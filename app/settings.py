@@ -45,6 +45,9 @@ class PipelineSettings(BaseSettings):
     # Live sessions detect in the background, off the frame's path, every K-th frame (and whenever a face is
     # missed, moves fast or changes look); frames in between are tracked (app.pipeline.live).
     live_detect_interval: int = Field(3, ge=1, le=60)
+    # Off by default: on a loaded 2-core machine background results arrived late enough for tracked
+    # positions to lag a moving face (measured with bench-server; see README). True: detection off the path.
+    live_detect_background: bool = False
     # A swapped face the detector misses is swapped where the tracker predicts it for `hold_frames`, then
     # covered where it was last seen until found again (SWAPCAST_ON_FACE_LOST; app.pipeline.track).
     on_face_lost: FaceLostPolicy = "hold"

@@ -226,7 +226,7 @@ class Session:
         install_timed_encoders()
         self.marker: FrameMarker | None = None  # watermark and label of every output frame
         self._pipeline = pipeline
-        self._tracker = pipeline.new_stream()
+        self._live = pipeline.new_live_stream()
         self._executor = executor
         self._metrics = metrics
         self._config = config
@@ -374,7 +374,7 @@ class Session:
         """Convert, swap, convert back, keeping the input's timestamp."""
         with timer.stage("convert_in"):
             image = np.asarray(frame.to_ndarray(format="bgr24"), np.uint8)
-        result = self._pipeline.process([image], source, self._tracker, timer, session=self.id)[0].image
+        result = self._pipeline.process_live(image, source, self._live, timer, self.id).image
         if self.marker is not None:
             with timer.stage("mark"):
                 result = self.marker.apply(result)
@@ -503,6 +503,7 @@ class Session:
             self._close_publisher()
         finally:
             self._pending.discard()
+            self._live.close()
             self.state = "closed"
             self.closed.set()
             self._on_closed(self)

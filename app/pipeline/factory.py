@@ -123,6 +123,7 @@ def build_pipeline(
             hold_frames=settings.hold_frames,
         ),
         live_detect_interval=settings.live_detect_interval,
+        live_detect_background=settings.live_detect_background,
         # The mesh engine matches colour under its own face mask: paste-back leaves its crops as they are.
         paste=PasteConfig(mask=mask, color_strength=0.0 if engine.name == "mesh" else settings.color_strength),
     )

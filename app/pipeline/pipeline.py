@@ -38,6 +38,7 @@ class PipelineConfig:
     # Live streams (new_live_stream) detect in the background every K-th frame (and whenever a face is
     # missed, moves fast or changes look); 1 detects every frame, still off the frame's path.
     live_detect_interval: int = 3
+    live_detect_background: bool = False  # True: live frames do not wait for scheduled detections
 
 
 @dataclass(frozen=True)
@@ -105,13 +106,20 @@ class FramePipeline:
         """Per-stream state for live video: tracking, with detection in the background (app.pipeline.live)."""
         if self._detect_executor is None:
             self._detect_executor = ThreadPoolExecutor(max_workers=LIVE_DETECT_WORKERS, thread_name_prefix="detect")
-        tracker = FaceTracker(replace(self.config.tracker, detect_interval=self.config.live_detect_interval))
+        tracker = FaceTracker(
+            replace(self.config.tracker, detect_interval=self.config.live_detect_interval)
+            if self.config.live_detect_background
+            else self.config.tracker
+        )
         return LiveTracking(tracker, self.stages.detect, self._detect_executor)
 
     def process_live(
         self, frame: Image, source: PreparedSource, live: LiveTracking, timer: StageTimer, session: str
     ) -> FrameResult:
-        """One live frame: located without waiting for detection, then swapped like any other."""
+        """One live frame: located without waiting for detection, then swapped like any other (inline
+        detection at `tracker.detect_interval` when `live_detect_background` is off)."""
+        if not self.config.live_detect_background:
+            return self.process([frame], source, live.tracker, timer, session)[0]
         faces = live.locate(frame, timer, session)
         return self.process([frame], source, live.tracker, timer, session, located=[faces])[0]
 

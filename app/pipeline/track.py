@@ -142,13 +142,20 @@ class FaceTracker:
             return True
         return any(t.missed > 0 or t.speed() > self.config.fast_motion for t in self._tracks)
 
+    @property
+    def tracking(self) -> bool:
+        """Whether any face is being followed (seen, predicted or covered)."""
+        return bool(self._tracks)
+
     def reset(self) -> None:
         self._tracks.clear()
         self._frame = 0
 
-    def update(self, detections: list[Face] | None) -> list[Face]:
+    def update(self, detections: list[Face] | None, age: int = 0) -> list[Face]:
         """The faces of the next frame: seen (or predicted between detection rounds), predicted through a
-        short miss, or lost (to be covered); with `pass`, only faces seen in the latest round."""
+        short miss, or lost (to be covered); with `pass`, only faces seen in the latest round. `age`: how
+        many frames before this one the detections were made (background detection): each is matched to
+        where its track was then and carried forward by the track's velocity."""
         self._frame += 1
         for track in self._tracks:
             if track.status(self.config) == "lost":
@@ -157,7 +164,7 @@ class FaceTracker:
             track.predict(self.config)
             track.unseen += 1
         if detections is not None:
-            self._associate(detections)
+            self._associate(detections, age)
         if self.config.on_face_lost == "pass":
             return [t.face(self.config) for t in self._tracks if t.missed == 0]
         return [t.face(self.config) for t in self._tracks]
@@ -190,10 +197,10 @@ class FaceTracker:
             return track.missed <= self.config.max_missed
         return track.unseen <= self.config.hold_frames + self.config.cover_frames
 
-    def _associate(self, detections: list[Face]) -> None:
+    def _associate(self, detections: list[Face], age: int = 0) -> None:
         pairs = sorted(
             (
-                (_iou(track.position[:4], det.box), ti, di)
+                (_iou(track.position[:4] - track.velocity[:4] * age, det.box), ti, di)
                 for ti, track in enumerate(self._tracks)
                 for di, det in enumerate(detections)
             ),
@@ -206,7 +213,8 @@ class FaceTracker:
                 break
             if ti in used_tracks or di in used_dets:
                 continue
-            self._tracks[ti].correct(_state(detections[di]), detections[di].score, self.config)
+            track = self._tracks[ti]
+            track.correct(_state(detections[di]) + track.velocity * age, detections[di].score, self.config)
             used_tracks.add(ti)
             used_dets.add(di)
         if self.config.on_face_lost != "pass":

@@ -51,6 +51,7 @@ def run(small_detector: RetinaFaceDetector, clip: FaceLostClip) -> Run:
     return go
 
 
+@pytest.mark.slow
 def test_the_clip_loses_the_face_and_pass_reveals_it(run: Run) -> None:
     """The counting can fail: without a policy the real face shows in some frames."""
     counts = run("pass")
@@ -58,6 +59,7 @@ def test_the_clip_loses_the_face_and_pass_reveals_it(run: Run) -> None:
     assert counts["revealed_frames"] >= 1, counts
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("policy", ["hold", "cover"])
 def test_hold_and_cover_never_reveal_the_face(run: Run, policy: FaceLostPolicy) -> None:
     counts = run(policy)

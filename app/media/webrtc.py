@@ -228,6 +228,8 @@ class Session:
         self._on_closed = on_closed
         self._publisher_factory = publisher_factory
         self._publisher: Any = None
+        # Called with every processed image, on the event loop (WHEP viewers); each must return at once.
+        self.output_listeners: list[Callable[[Image], None]] = []
         self.rtsp_path = f"/session/{self.id}"
         self.rtsp_url = rtsp_url(self.rtsp_path) if (rtsp_url and publisher_factory) else None
         # The newest decoded frame not yet taken: put by the receive task, taken by an executor thread.
@@ -341,6 +343,8 @@ class Session:
             out, image, arrived = done
             self._metrics.observe_stages(timer)
             self.output.put(out, arrived)
+            for listener in self.output_listeners:
+                listener(image)
             await self._publish(image)
 
     def _process_newest(self, timer: StageTimer) -> tuple[av.VideoFrame, Image, float] | None:

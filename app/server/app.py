@@ -10,7 +10,7 @@ from fastapi.staticfiles import StaticFiles
 
 from app.server.errors import install_error_handlers
 from app.server.limits import BodyLimitMiddleware
-from app.server.routes import health, identities, sessions, streams
+from app.server.routes import health, identities, sessions, streams, whep
 from app.server.routes.identities import upload_limit
 from app.server.settings import ServerSettings
 from app.server.state import PipelineFactory, ServerState, StateListener
@@ -44,7 +44,7 @@ def create_app(
     def limit_for(path: str) -> int:
         if path.startswith("/v1/identities"):
             return upload_limit(settings.max_upload_bytes)
-        if path.startswith("/v1/sessions") and path.rstrip("/") == "/v1/sessions":
+        if path.startswith("/v1/sessions") and (path.rstrip("/") == "/v1/sessions" or path.endswith("/whep")):
             return settings.sdp_max_bytes
         return settings.max_json_bytes
 
@@ -54,6 +54,7 @@ def create_app(
     app.include_router(identities.router)
     app.include_router(sessions.router)
     app.include_router(streams.router)
+    app.include_router(whep.router)
 
     @app.get("/", include_in_schema=False)
     async def index() -> FileResponse:

@@ -60,5 +60,10 @@ def create_app(
     async def index() -> FileResponse:
         return FileResponse(STATIC_DIR / "index.html", headers={"Cache-Control": "no-cache"})
 
+    @app.get("/view/{session_id}", include_in_schema=False)
+    async def viewer_page(session_id: str) -> FileResponse:
+        """The page OBS's Browser Source shows: the session's swapped video over WHEP (`app/static/view.js`)."""
+        return FileResponse(STATIC_DIR / "view.html", headers={"Cache-Control": "no-cache"})
+
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
     return app

@@ -44,7 +44,7 @@ def create_app(
     def limit_for(path: str) -> int:
         if path.startswith("/v1/identities"):
             return upload_limit(settings.max_upload_bytes)
-        if path.startswith("/v1/sessions") and (path.rstrip("/") == "/v1/sessions" or path.endswith("/whep")):
+        if (path.startswith("/v1/sessions") and path.rstrip("/") == "/v1/sessions") or path.endswith("/whep"):
             return settings.sdp_max_bytes
         return settings.max_json_bytes
 

@@ -21,7 +21,7 @@ from app.server.rtsp import RtspOutput
 from app.server.sessions import SessionManager
 from app.server.settings import ServerSettings
 from app.server.streams import StreamManager
-from app.server.viewers import SessionViewers
+from app.server.viewers import Viewers
 from app.settings import BatchingSettings, PipelineSettings
 from engines.store import ModelStore
 
@@ -91,7 +91,7 @@ class ServerState:
         self.pipeline: FramePipeline | None = None
         self.sessions: SessionManager | None = None
         self.streams: StreamManager | None = None
-        self.viewers = SessionViewers(tuple(settings.ice_servers))
+        self.viewers = Viewers(tuple(settings.ice_servers))
         self.ready = False
         self.not_ready_reason: str = "starting"
         self._load_task: asyncio.Task[None] | None = None

@@ -1,11 +1,12 @@
-"""WHEP viewers of the server's sessions: one `ViewerHub` per watched session, made at its first viewer
-and closed with the session."""
+"""WHEP viewers of the server's sessions and streams: one `ViewerHub` per watched output, made at its first
+viewer, fed by the output's listeners and closed when the output ends."""
 
 import asyncio
 import logging
+from collections.abc import Callable
 
-from app.media.webrtc import Session
 from app.media.whep import Viewer, ViewerHub
+from app.pipeline.types import Image
 
 log = logging.getLogger(__name__)
 
@@ -15,40 +16,48 @@ class ViewerNotFound(LookupError):
         super().__init__(f"viewer {viewer_id} not found")
 
 
-class SessionViewers:
+class Viewers:
+    """Hubs by output key (`session/ID`, `stream/ID`)."""
+
     def __init__(self, ice_servers: tuple[str, ...] = ()) -> None:
         self._ice_servers = ice_servers
         self._hubs: dict[str, ViewerHub] = {}
         self._watchers: set[asyncio.Task[None]] = set()
 
-    def hub(self, session_id: str) -> ViewerHub | None:
-        return self._hubs.get(session_id)
+    def hub(self, key: str) -> ViewerHub | None:
+        return self._hubs.get(key)
 
-    async def add(self, session: Session, offer: str) -> tuple[Viewer, str]:
-        """A new viewer of `session`'s swapped output; returns it with the SDP answer."""
-        hub = self._hubs.get(session.id)
+    async def add(
+        self, key: str, offer: str, listeners: list[Callable[[Image], None]], ended: asyncio.Event
+    ) -> tuple[Viewer, str]:
+        """A new viewer of the output `key`, whose frames go to `listeners` and which ends with `ended`."""
+        hub = self._hubs.get(key)
         if hub is None:
-            hub = ViewerHub(f"session {session.id[:8]}", asyncio.get_running_loop(), self._ice_servers)
-            self._hubs[session.id] = hub
-            session.output_listeners.append(hub.offer)
-            task = asyncio.get_running_loop().create_task(self._close_with(session, hub))
-            task.set_name(f"session-{session.id[:8]}-viewers")
+            loop = asyncio.get_running_loop()
+            hub = self._hubs[key] = ViewerHub(key, loop, self._ice_servers)
+            listeners.append(hub.offer)
+            task = loop.create_task(self._close_with(key, hub, listeners, ended))
+            task.set_name(f"viewers-{key}")
             self._watchers.add(task)
             task.add_done_callback(self._watchers.discard)
         return await hub.add_viewer(offer)
 
-    def get(self, session_id: str, viewer_id: str) -> Viewer:
-        hub = self._hubs.get(session_id)
+    def get(self, key: str, viewer_id: str) -> Viewer:
+        hub = self._hubs.get(key)
         viewer = hub.get(viewer_id) if hub is not None else None
         if viewer is None:
             raise ViewerNotFound(viewer_id)
         return viewer
 
-    async def _close_with(self, session: Session, hub: ViewerHub) -> None:
+    async def _close_with(
+        self, key: str, hub: ViewerHub, listeners: list[Callable[[Image], None]], ended: asyncio.Event
+    ) -> None:
         try:
-            await session.closed.wait()
+            await ended.wait()
         finally:
-            self._hubs.pop(session.id, None)
+            self._hubs.pop(key, None)
+            if hub.offer in listeners:
+                listeners.remove(hub.offer)
             await hub.close()
 
     async def close_all(self) -> None:

@@ -6,17 +6,25 @@ import contextlib
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import av
 import httpx
 import numpy as np
+import pytest
 from aiortc import RTCConfiguration, RTCPeerConnection, RTCSessionDescription
 from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
 
-from app.bench.rtc_client import RtcClient, luma, read_stamp
-from app.media.clips import MotionClip
+from app.bench.rtc_client import RtcClient, luma, read_stamp, stamp
+from app.media.clips import MotionClip, write_clip
+from app.media.rtsp_out import rtsp_unavailable_reason
+from app.pipeline.pipeline import FramePipeline
 from app.pipeline.types import Image
+from app.settings import PipelineSettings
 from tests.server.harness import RunningServer, upload
+from tests.server.test_rtsp_outputs import rtsp_server
+
+RTSP_UNAVAILABLE = rtsp_unavailable_reason()
 
 
 @dataclass
@@ -149,3 +157,43 @@ def test_whep_refuses_what_it_cannot_serve(server: RunningServer) -> None:
         return [unknown.status_code, wrong_type.status_code, not_sdp.status_code, no_viewer.status_code]
 
     assert asyncio.run(run()) == [404, 415, 400, 404]
+
+
+@pytest.mark.skipif(RTSP_UNAVAILABLE is not None, reason=f"GStreamer RTSP unavailable: {RTSP_UNAVAILABLE}")
+def test_a_viewer_pulls_an_ingest_stream_until_the_stream_ends(
+    identity_dir: Path,
+    pipeline_factory: Callable[[PipelineSettings], FramePipeline],
+    tom_png: bytes,
+    clip: MotionClip,
+    tmp_path: Path,
+) -> None:
+    frames = [clip.frames[i % len(clip.frames)].copy() for i in range(4 * len(clip.frames))]
+    for i, frame in enumerate(frames):
+        stamp(frame, i)
+    video = tmp_path / "camera.mp4"
+    write_clip(MotionClip(frames, clip.matrices * 4, clip.fps), video, audio_tone_hz=None)
+
+    with rtsp_server(identity_dir, pipeline_factory) as server:
+        identity = upload(server.base_url, tom_png, "tom.png").json()["id"]
+        created = httpx.post(f"{server.base_url}/v1/streams", json={"source_url": str(video), "identity": identity})
+        assert created.status_code == 201, created.text
+        stream_id = created.json()["id"]
+
+        async def run() -> tuple[WhepViewer, int, int]:
+            viewer = WhepViewer()
+            async with httpx.AsyncClient(base_url=server.base_url, timeout=30) as http:
+                answer = await viewer.connect(http, f"/v1/streams/{stream_id}/whep")
+                assert answer.status_code == 201, answer.text
+                assert answer.headers["location"].startswith(f"/v1/streams/{stream_id}/whep/")
+                assert await wait_for(lambda: len(viewer.received) >= 10, 60), len(viewer.received)
+                ended = await http.delete(f"/v1/streams/{stream_id}")
+                gone = await http.get(f"/v1/streams/{stream_id}/whep")
+                closed = await wait_for(lambda: viewer.pc.connectionState == "closed", 15)
+                await viewer.close()
+            return viewer, ended.status_code * 1000 + gone.status_code, int(closed)
+
+        viewer, statuses, closed = asyncio.run(run())
+    ids = [i for i, _ in viewer.received]
+    assert ids == sorted(set(ids)) and max(ids) < len(frames), ids
+    assert statuses == 204 * 1000 + 404
+    assert closed == 1, "the viewer's connection outlived the stream"

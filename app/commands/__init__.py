@@ -9,7 +9,21 @@ Register = Callable[["argparse._SubParsersAction[argparse.ArgumentParser]"], Non
 def _commands() -> list[Register]:
     # Imported here so that `app.commands` stays cheap to import and each command module loads its
     # heavy dependencies (onnxruntime, av) only when run.
-    from app.commands import bench, bench_batch, bench_engines, bench_server, demo, engines_group, models, serve, swap
+    from app.commands import (
+        bench,
+        bench_batch,
+        bench_engines,
+        bench_quality,
+        bench_server,
+        bench_watermark,
+        demo,
+        engines_group,
+        models,
+        provenance,
+        serve,
+        swap,
+        watermark,
+    )
 
     return [
         serve.register,
@@ -20,7 +34,11 @@ def _commands() -> list[Register]:
         bench.register,
         bench_batch.register,
         bench_server.register,
+        bench_quality.register,
         bench_engines.register,
+        bench_watermark.register,
+        watermark.register,
+        provenance.register,
     ]
 
 

@@ -5,11 +5,13 @@ What a session does with its media lives in `app.media.webrtc.Session`."""
 import asyncio
 from collections.abc import Callable
 from concurrent.futures import Executor
+from functools import partial
 
 from app.media.webrtc import KIND, OfferError, PublisherFactory, Session, SessionConfig
 from app.observability import Metrics
 from app.pipeline.pipeline import FramePipeline
 from app.pipeline.swap import PreparedSource
+from app.provenance.service import Provenance
 from app.server.admission import Admission
 
 NEGOTIATION_TIMEOUT_S = 10.0
@@ -32,8 +34,10 @@ class SessionManager:
         config: SessionConfig,
         publisher_factory: PublisherFactory | None = None,
         rtsp_url: Callable[[str], str] | None = None,
+        provenance: Provenance | None = None,
     ) -> None:
         self.pipeline = pipeline
+        self._provenance = provenance
         self.config = config
         self._executor = executor
         self._metrics = metrics
@@ -58,8 +62,11 @@ class SessionManager:
             raise SessionNotFound(session_id)
         return session
 
-    async def open(self, offer: str, identity_id: str, source: PreparedSource) -> tuple[Session, str]:
-        """Admit, negotiate and register a session; returns it with the SDP answer."""
+    async def open(
+        self, offer: str, identity_id: str, source: PreparedSource, *, label: bool | None = None
+    ) -> tuple[Session, str]:
+        """Admit, negotiate and register a session; returns it with the SDP answer. Its frames carry a mark
+        issued to it (and the visible label if `label`, or by default when the settings say so)."""
         with self._admission.reserve():
             session = Session(
                 identity_id=identity_id,
@@ -73,6 +80,11 @@ class SessionManager:
                 rtsp_url=self._rtsp_url,
             )
             try:
+                if self._provenance is not None:
+                    issue = partial(
+                        self._provenance.marker, kind="session", ref=session.id, identity=identity_id, label=label
+                    )
+                    session.marker = await asyncio.get_running_loop().run_in_executor(None, issue)
                 answer = await asyncio.wait_for(session.negotiate(offer), NEGOTIATION_TIMEOUT_S)
             except TimeoutError:
                 await session.close("negotiation failed")

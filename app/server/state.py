@@ -17,6 +17,7 @@ from app.model_store import open_model_store
 from app.observability import Metrics
 from app.pipeline.pipeline import FramePipeline
 from app.pipeline.swap import PreparedSource
+from app.provenance.service import Provenance
 from app.server.rtsp import RtspOutput
 from app.server.sessions import SessionManager
 from app.server.settings import ServerSettings
@@ -82,6 +83,7 @@ class ServerState:
         self.executor = ThreadPoolExecutor(settings.pipeline_workers, thread_name_prefix="swapcast-pipeline")
         self.control_executor = ThreadPoolExecutor(2, thread_name_prefix="swapcast-control")
         self.store = IdentityStore(settings.identity_dir)
+        self.provenance = Provenance(settings.provenance)
         self.rtsp = RtspOutput(
             enabled=settings.rtsp_enabled, port=settings.rtsp_port, host=settings.host, public_host=settings.url_host()
         )
@@ -137,8 +139,15 @@ class ServerState:
             ),
             publisher_factory=self.rtsp.publish if self.rtsp.available else None,
             rtsp_url=self.rtsp.url if self.rtsp.available else None,
+            provenance=self.provenance,
         )
-        self.streams = StreamManager(pipeline=pipeline, metrics=self.metrics, rtsp=self.rtsp, max_streams=s.max_streams)
+        self.streams = StreamManager(
+            pipeline=pipeline,
+            metrics=self.metrics,
+            rtsp=self.rtsp,
+            max_streams=s.max_streams,
+            provenance=self.provenance,
+        )
         self.ready = True
         self.not_ready_reason = ""
         self.metrics.ready.set(1)

@@ -11,6 +11,7 @@ import secrets
 import threading
 from collections.abc import Callable
 from datetime import UTC, datetime
+from functools import partial
 from typing import Any
 
 import av
@@ -21,6 +22,7 @@ from app.pipeline.pipeline import FramePipeline
 from app.pipeline.swap import PreparedSource
 from app.pipeline.timing import StageTimer
 from app.pipeline.types import Image
+from app.provenance.service import FrameMarker, Provenance
 from app.runtime.batcher import BatcherError
 from app.server.admission import Admission
 from app.server.rtsp import FramePublisher, RtspOutput
@@ -111,7 +113,8 @@ class Stream:
         self._counters_lock = threading.Lock()
         self._seen_in = 0
         self._seen_dropped = 0
-        # Called with every swapped frame on the ingest thread (WHEP viewers); each must return at once.
+        self.marker: FrameMarker | None = None  # watermark and label of every output frame
+        # Called with every output frame on the ingest thread (WHEP viewers); each must return at once.
         self.output_listeners: list[Callable[[Image], None]] = []
         self.ended = asyncio.Event()
 
@@ -132,7 +135,8 @@ class Stream:
             raise
         self._metrics.observe_stages(timer)
         self._metrics.frames_out.labels(KIND).inc(len(results))
-        images = [r.image for r in results]
+        marker = self.marker
+        images = [marker.apply(r.image) if marker else r.image for r in results]
         for listener in list(self.output_listeners):
             for image in images:
                 listener(image)
@@ -178,6 +182,7 @@ class Stream:
             "state": str(state),
             "created": self.created,
             "rtsp_url": self.rtsp_url,
+            "provenance": self.marker.describe() if self.marker else None,
             "stats": {k: v for k, v in worker_stats.items() if isinstance(v, int | float | str | None)},
         }
 
@@ -191,8 +196,10 @@ class StreamManager:
         rtsp: RtspOutput,
         max_streams: int,
         worker_factory: Callable[..., IngestWorker] = IngestWorker,
+        provenance: Provenance | None = None,
     ) -> None:
         self.pipeline = pipeline
+        self._provenance = provenance
         self._metrics = metrics
         self._rtsp = rtsp
         self._worker_factory = worker_factory
@@ -227,7 +234,9 @@ class StreamManager:
         if reason is not None:
             raise StreamsUnavailable(reason)
 
-    async def open(self, source_url: str, identity_id: str, source: PreparedSource) -> Stream:
+    async def open(
+        self, source_url: str, identity_id: str, source: PreparedSource, *, label: bool | None = None
+    ) -> Stream:
         self.check_available()
         with self._admission.reserve():
             stream = Stream(
@@ -240,6 +249,11 @@ class StreamManager:
             publisher = stream.publisher = LazyPublisher(self._rtsp, stream.rtsp_path)
             stream.rtsp_url = self._rtsp.url(stream.rtsp_path)
             loop = asyncio.get_running_loop()
+            if self._provenance is not None:
+                stream.marker = await loop.run_in_executor(
+                    None,
+                    partial(self._provenance.marker, kind="stream", ref=stream.id, identity=identity_id, label=label),
+                )
             # With the size known the RTSP path exists at once; otherwise it appears with the first frame.
             try:
                 size = await loop.run_in_executor(None, probe_size, source_url)

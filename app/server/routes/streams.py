@@ -18,6 +18,7 @@ StreamId = Annotated[str, Path(min_length=1, max_length=64)]
 class StreamRequest(BaseModel):
     source_url: str = Field(min_length=1, max_length=2048)
     identity: str = Field(min_length=1, max_length=64)
+    label: bool | None = None  # the visible "AI-generated" label; the settings' default when not given
 
 
 def check_source(url: str, settings: ServerSettings) -> str:
@@ -53,7 +54,7 @@ async def create_stream(request: StreamRequest, state: StateDep, streams: Stream
     source_url = check_source(request.source_url, state.settings)
     streams.check_available()
     source = await state.load_source(request.identity)
-    stream = await streams.open(source_url, request.identity, source)
+    stream = await streams.open(source_url, request.identity, source, label=request.label)
     return stream.stats()
 
 

@@ -36,6 +36,7 @@ from aiortc import (
 )
 from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
 
+from app.media.audio_sync import DelayedAudioTrack
 from app.media.mailbox import Mailbox
 from app.observability import Metrics
 from app.pipeline.pipeline import FramePipeline
@@ -248,6 +249,9 @@ class Session:
         ice = [RTCIceServer(url) for url in config.ice_servers]
         self.pc = RTCPeerConnection(RTCConfiguration(iceServers=ice))
         self.output = SwappedVideoTrack(self._on_sent, lambda: self._drop("output_superseded"))
+        # The client's microphone, sent back delayed by the video's processing latency plus this offset.
+        self.audio = DelayedAudioTrack(self._audio_delay_s)
+        self.audio_offset_ms = 0
 
     # --------------------------------------------------------------------------------- signalling
 
@@ -256,6 +260,8 @@ class Session:
         check_offer(offer)
         transceiver = self.pc.addTransceiver(self.output, direction="sendrecv")
         transceiver.setCodecPreferences(codec_preferences(self._config.codecs))
+        if "\nm=audio " in offer:
+            self.pc.addTransceiver(self.audio, direction="sendrecv")
         self.pc.on("track", self._on_track)
         self.pc.on("connectionstatechange", self._on_connection_state)
         try:
@@ -280,6 +286,8 @@ class Session:
         if track.kind == "video" and self._video_track is None:
             self._video_track = track
             self._spawn(self._receive(track), "receive")
+        elif track.kind == "audio":
+            self._spawn(self._receive_audio(track), "audio")
         else:
             self._spawn(self._drain(track), "drain")
 
@@ -314,6 +322,38 @@ class Session:
             frames_in.inc()
             self._pending.put((frame, now))
         self.request_close("track ended")
+
+    async def _receive_audio(self, track: MediaStreamTrack) -> None:
+        with contextlib.suppress(MediaStreamError):
+            while True:
+                frame = await track.recv()
+                if isinstance(frame, av.AudioFrame):
+                    self.audio.push(frame, time.monotonic())
+
+    def _audio_delay_s(self) -> float:
+        """The video's processing latency (median of its last 30 frames) plus the user's offset."""
+        recent = list(self.counters.latencies)[-30:]
+        video = float(np.median(recent)) if recent else 0.0
+        return video + self.audio_offset_ms / 1000.0
+
+    def set_audio(self, enabled: bool | None = None, offset_ms: int | None = None) -> None:
+        if enabled is not None:
+            self.audio.enabled = enabled
+            if not enabled:
+                self.audio.clear()
+        if offset_ms is not None:
+            self.audio_offset_ms = offset_ms
+
+    def audio_stats(self) -> dict[str, Any]:
+        a = self.audio
+        return {
+            "enabled": a.enabled,
+            "offset_ms": self.audio_offset_ms,
+            "delay_ms": round(self._audio_delay_s() * 1000.0, 1),
+            "frames_in": a.frames_in,
+            "frames_out": a.frames_out,
+            "dropped": a.dropped,
+        }
 
     async def _drain(self, track: MediaStreamTrack) -> None:
         """Tracks this server does not use (audio) are read and discarded so their queues stay empty."""
@@ -479,6 +519,7 @@ class Session:
         for task in tasks:
             task.cancel()
         self.output.stop()
+        self.audio.stop()
         try:
             await asyncio.gather(*tasks, return_exceptions=True)
             try:

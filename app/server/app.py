@@ -10,7 +10,7 @@ from fastapi.staticfiles import StaticFiles
 
 from app.server.errors import install_error_handlers
 from app.server.limits import BodyLimitMiddleware
-from app.server.routes import health, identities, sessions, streams, whep
+from app.server.routes import audio, health, identities, sessions, streams, whep
 from app.server.routes.identities import upload_limit
 from app.server.settings import ServerSettings
 from app.server.state import PipelineFactory, ServerState, StateListener
@@ -55,6 +55,7 @@ def create_app(
     app.include_router(sessions.router)
     app.include_router(streams.router)
     app.include_router(whep.router)
+    app.include_router(audio.router)
 
     @app.get("/", include_in_schema=False)
     async def index() -> FileResponse:

@@ -1,0 +1,30 @@
+"""A session's audio: on or off, and an extra offset for users who sync against a separate voice changer."""
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Path
+from pydantic import BaseModel, Field
+
+from app.media.audio_sync import MAX_OFFSET_MS
+from app.server.deps import SessionsDep
+
+router = APIRouter(prefix="/v1/sessions", tags=["audio"])
+
+SessionId = Annotated[str, Path(min_length=1, max_length=64)]
+
+
+class AudioSettings(BaseModel):
+    enabled: bool | None = None
+    offset_ms: int | None = Field(None, ge=-MAX_OFFSET_MS, le=MAX_OFFSET_MS)
+
+
+@router.get("/{session_id}/audio")
+async def get_audio(session_id: SessionId, sessions: SessionsDep) -> dict[str, Any]:
+    return sessions.get(session_id).audio_stats()
+
+
+@router.patch("/{session_id}/audio")
+async def set_audio(session_id: SessionId, change: AudioSettings, sessions: SessionsDep) -> dict[str, Any]:
+    session = sessions.get(session_id)
+    session.set_audio(change.enabled, change.offset_ms)
+    return session.audio_stats()

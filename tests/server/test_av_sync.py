@@ -203,7 +203,7 @@ def test_audio_comes_back_in_sync_with_the_video_as_the_engine_slows_down(
         identity = upload(server.base_url, tom_png, "tom.png").json()["id"]
         phases, audio = asyncio.run(stream(server, identity, [extra(0.0), extra(0.04)], 7.0))
     print(
-        f"A/V offsets on the WebRTC return, ms (audio minus video), the engine as is then 40 ms slower: {phases}; {audio}"
+        f"A/V offsets on the WebRTC return, ms (audio minus video), engine as is then 40 ms slower: {phases}; {audio}"
     )
     assert audio["frames_out"] > 100 and audio["dropped"] <= 5, audio
     # The slower engine's latency is what the audio waits for: without it audio would lead by this much.

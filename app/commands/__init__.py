@@ -18,15 +18,18 @@ def _commands() -> list[Register]:
         bench_watermark,
         demo,
         engines_group,
+        keys,
         models,
         provenance,
         serve,
         swap,
+        triton,
         watermark,
     )
 
     return [
         serve.register,
+        keys.register,
         demo.register,
         swap.register,
         models.register,
@@ -39,6 +42,7 @@ def _commands() -> list[Register]:
         bench_watermark.register,
         watermark.register,
         provenance.register,
+        triton.register,
     ]
 
 

@@ -58,6 +58,8 @@ class Identity:
     format: str
     width: int
     height: int
+    # The principal that created it; None for identities stored before owners were recorded (admin only).
+    owner: str | None = None
 
     @property
     def image_file(self) -> str:
@@ -109,6 +111,7 @@ class IdentityStore:
         face_index: int | None,
         thumbnail: bytes,
         prepared: PreparedSource,
+        owner: str | None = None,
     ) -> Identity:
         if format not in FORMATS:
             raise ValueError(f"unknown image format {format!r}")
@@ -121,6 +124,7 @@ class IdentityStore:
             format=format,
             width=width,
             height=height,
+            owner=owner,
         )
         self.root.mkdir(parents=True, exist_ok=True)
         staging = Path(tempfile.mkdtemp(prefix=".tmp-", dir=self.root))

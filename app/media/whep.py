@@ -39,6 +39,8 @@ KEYFRAME_INTERVAL_S = 2.0
 # Encoded frames a viewer may hold before it counts as behind (~0.25 s at 30 fps).
 VIEWER_QUEUE_FRAMES = 8
 PC_CLOSE_TIMEOUT_S = 5.0
+# A viewer whose connection is not up by then is let go (it answered but never connected).
+CONNECT_TIMEOUT_S = 20.0
 
 
 class ViewerOfferError(Exception):
@@ -130,7 +132,12 @@ class Viewer:
             if self.pc.connectionState in ("failed", "closed"):
                 self.request_close()
 
+        asyncio.get_running_loop().call_later(CONNECT_TIMEOUT_S, self._connect_deadline)
         return answer
+
+    def _connect_deadline(self) -> None:
+        if self.pc.connectionState != "connected":
+            self.request_close()
 
     def request_close(self) -> asyncio.Task[None]:
         if self._closing is None:

@@ -1,16 +1,24 @@
 """The FastAPI application: `create_app()` wires settings, state, routes and the web page."""
 
+import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
 from fastapi import FastAPI
+from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import FileResponse
 from fastapi.staticfiles import StaticFiles
 
+from app.auth.access import Access
+from app.auth.browser import BrowserGuard
+from app.auth.guard import PUBLIC
+from app.server.drain import Drain, DrainGate
 from app.server.errors import install_error_handlers
 from app.server.limits import BodyLimitMiddleware
-from app.server.routes import audio, health, identities, sessions, streams, whep
+from app.server.public_url import AbsoluteLocation
+from app.server.revocation import RevocationWatcher
+from app.server.routes import audio, health, identities, operations, sessions, streams, whep
 from app.server.routes.identities import upload_limit
 from app.server.settings import ServerSettings
 from app.server.state import PipelineFactory, ServerState, StateListener
@@ -29,17 +37,31 @@ def create_app(
     it became ready (or failed to)."""
     settings = settings or ServerSettings()
     state = ServerState(settings, pipeline_factory, on_change)
+    access = Access(settings.access, bind_host=settings.host, public_host=settings.public_host)
+    watcher = RevocationWatcher(state, access)
+    drain = Drain(settings.drain_timeout_s, lambda: len(state.sessions or ()) + len(state.streams or ()))
+    state.metrics.session_capacity.set_function(
+        lambda: float(settings.max_sessions) if state.ready and not drain.draining else 0.0
+    )
+    state.metrics.draining.set_function(lambda: float(drain.draining))
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        drain.bind(asyncio.get_running_loop())
         await state.start()
+        watcher.start()
         try:
             yield
         finally:
+            await watcher.stop()
             await state.stop()
+            access.close()
 
     app = FastAPI(title="swapcast", version="0.1.0", lifespan=lifespan)
     app.state.swapcast = state
+    app.state.access = access
+    app.state.revocation = watcher
+    app.state.drain = drain
 
     def limit_for(path: str) -> int:
         if path.startswith("/v1/identities"):
@@ -49,19 +71,38 @@ def create_app(
         return settings.max_json_bytes
 
     app.add_middleware(BodyLimitMiddleware, limit_for=limit_for)
+    app.add_middleware(
+        DrainGate,
+        drain=drain,
+        retry_after_s=settings.retry_after_s,
+        on_refused=lambda resource: state.metrics.admission_rejections.labels(resource, "draining").inc(),
+    )
+    if settings.public_base_url is not None:
+        app.add_middleware(AbsoluteLocation, base_url=str(settings.public_base_url))
     install_error_handlers(app, settings)
+    if settings.access.cors_origins:
+        app.add_middleware(
+            CORSMiddleware,
+            allow_origins=settings.access.cors_origins,
+            allow_methods=["GET", "POST", "PATCH", "DELETE"],
+            allow_headers=["Authorization", "Content-Type", "X-Swapcast"],
+            expose_headers=["Location", "X-RTSP-URL"],
+        )
+    # Outermost: a request with a foreign Host or from a foreign page goes no further.
+    app.add_middleware(BrowserGuard, allowed_hosts=access.hosts, allowed_origins=settings.access.cors_origins)
     app.include_router(health.router)
     app.include_router(identities.router)
     app.include_router(sessions.router)
     app.include_router(streams.router)
+    app.include_router(operations.router)
     app.include_router(whep.router)
     app.include_router(audio.router)
 
-    @app.get("/", include_in_schema=False)
+    @app.get("/", include_in_schema=False, dependencies=PUBLIC)
     async def index() -> FileResponse:
         return FileResponse(STATIC_DIR / "index.html", headers={"Cache-Control": "no-cache"})
 
-    @app.get("/view/{session_id}", include_in_schema=False)
+    @app.get("/view/{session_id}", include_in_schema=False, dependencies=PUBLIC)
     async def viewer_page(session_id: str) -> FileResponse:
         """The page OBS's Browser Source shows: the session's swapped video over WHEP (`app/static/view.js`)."""
         return FileResponse(STATIC_DIR / "view.html", headers={"Cache-Control": "no-cache"})

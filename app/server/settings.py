@@ -4,10 +4,12 @@ import os
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, model_validator
+from pydantic import AnyHttpUrl, Field, IPvAnyAddress, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from app.auth.settings import AccessSettings
 from app.provenance.settings import ProvenanceSettings
+from app.server.ice import IceSettings
 from app.settings import BatchingSettings, ModelStoreSettings, PipelineSettings
 
 VideoCodec = Literal["H264", "VP8"]
@@ -46,6 +48,12 @@ class ServerSettings(BaseSettings):
     connect_timeout_s: float = Field(20.0, gt=0)  # offer answered -> media flowing
     media_timeout_s: float = Field(10.0, gt=0)  # no input frame for this long ends a session
     shutdown_grace_s: float = Field(5.0, gt=0)
+    # Deployment: SIGTERM or POST /v1/server/drain lets open sessions run this long before the server stops;
+    # absolute Location URLs naming this replica; the address ICE host candidates advertise behind a NAT.
+    drain_timeout_s: float = Field(300.0, ge=0)
+    public_base_url: AnyHttpUrl | None = None
+    advertised_address: IPvAnyAddress | None = None
+    ice: IceSettings = Field(default_factory=IceSettings)
 
     allow_file_sources: bool = False  # let POST /v1/streams read local files (tests, demos)
     pipeline_workers: int = Field(default_factory=lambda: os.cpu_count() or 1, ge=1)
@@ -59,6 +67,7 @@ class ServerSettings(BaseSettings):
     # what parallel sessions would overlap); a GPU is where batches pay (app.runtime.gpu.batching_on).
     batching_enabled: bool | None = None
     batching: BatchingSettings = Field(default_factory=BatchingSettings)
+    access: AccessSettings = Field(default_factory=AccessSettings)  # keys, JWT, hosts, CORS, audit, TLS
     provenance: ProvenanceSettings = Field(default_factory=ProvenanceSettings)
 
     @model_validator(mode="after")

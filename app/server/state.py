@@ -85,7 +85,11 @@ class ServerState:
         self.store = IdentityStore(settings.identity_dir)
         self.provenance = Provenance(settings.provenance)
         self.rtsp = RtspOutput(
-            enabled=settings.rtsp_enabled, port=settings.rtsp_port, host=settings.host, public_host=settings.url_host()
+            enabled=settings.rtsp_enabled,
+            port=settings.rtsp_port,
+            host=settings.host,
+            public_host=settings.url_host(),
+            authenticate=settings.access.rtsp_auth,
         )
         self.cache: IdentityCache[PreparedSource] = IdentityCache(
             self._load_identity, max_items=settings.identity_cache_items, registry=self.metrics.registry

@@ -5,8 +5,10 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Path
 from pydantic import BaseModel, Field
 
+from app.auth.guard import AccessDep, SessionsUser
 from app.media.audio_sync import MAX_OFFSET_MS
 from app.server.deps import SessionsDep
+from app.server.owned import owned_session
 
 router = APIRouter(prefix="/v1/sessions", tags=["audio"])
 
@@ -19,12 +21,16 @@ class AudioSettings(BaseModel):
 
 
 @router.get("/{session_id}/audio")
-async def get_audio(session_id: SessionId, sessions: SessionsDep) -> dict[str, Any]:
-    return sessions.get(session_id).audio_stats()
+async def get_audio(
+    session_id: SessionId, principal: SessionsUser, access: AccessDep, sessions: SessionsDep
+) -> dict[str, Any]:
+    return owned_session(sessions, session_id, principal, access).audio_stats()
 
 
 @router.patch("/{session_id}/audio")
-async def set_audio(session_id: SessionId, change: AudioSettings, sessions: SessionsDep) -> dict[str, Any]:
-    session = sessions.get(session_id)
+async def set_audio(
+    session_id: SessionId, change: AudioSettings, principal: SessionsUser, access: AccessDep, sessions: SessionsDep
+) -> dict[str, Any]:
+    session = owned_session(sessions, session_id, principal, access)
     session.set_audio(change.enabled, change.offset_ms)
     return session.audio_stats()

@@ -10,10 +10,12 @@ from pydantic import BaseModel
 from starlette.datastructures import UploadFile
 from starlette.formparsers import MultiPartException, MultiPartParser
 
+from app.auth.guard import AccessDep, IdentitiesRead, IdentitiesWrite
+from app.auth.principal import Principal
 from app.identity.enrol import enrol
 from app.identity.images import sniff_format
-from app.identity.store import Identity
-from app.server.deps import PipelineDep, StateDep, StoreDep
+from app.identity.store import Identity, IdentityNotFound, IdentityUnreadable
+from app.server.deps import PipelineDep, RevocationDep, StateDep, StoreDep
 from app.server.limits import capped_stream, media_type
 
 router = APIRouter(prefix="/v1/identities", tags=["identities"])
@@ -79,7 +81,9 @@ def _parse_face_index(raw: str | None) -> int | None:
 
 
 @router.post("", status_code=201, response_model=IdentityOut)
-async def create_identity(request: Request, state: StateDep, pipeline: PipelineDep) -> IdentityOut:
+async def create_identity(
+    request: Request, principal: IdentitiesWrite, state: StateDep, pipeline: PipelineDep, access: AccessDep
+) -> IdentityOut:
     """Multipart form: `image` (JPEG, PNG or WebP), optional `face_index`, optional `name`."""
     settings = state.settings
     if media_type(request) != "multipart/form-data":
@@ -133,10 +137,12 @@ async def create_identity(request: Request, state: StateDep, pipeline: PipelineD
             face_index=face_index,
             thumbnail=enrolment.thumbnail,
             prepared=enrolment.prepared,
+            owner=principal.id,
         ),
     )
     prepared = enrolment.prepared
     state.cache.put(identity.id, prepared.model_key, prepared)
+    access.audit.event("identity_created", identity=identity.id, owner=principal.id)
     return IdentityOut.of(identity, prepared.model_key, enrolment.warnings)
 
 
@@ -145,36 +151,55 @@ def _model_key(state: StateDep) -> str | None:
 
 
 @router.get("", response_model=IdentityList)
-async def list_identities(state: StateDep, store: StoreDep) -> IdentityList:
+async def list_identities(state: StateDep, store: StoreDep, principal: IdentitiesRead) -> IdentityList:
     loop = asyncio.get_running_loop()
     found = await loop.run_in_executor(state.control_executor, store.list)
     key = _model_key(state)
-    return IdentityList(identities=[IdentityOut.of(i, key) for i in found])
+    return IdentityList(identities=[IdentityOut.of(i, key) for i in found if principal.can_see(i.owner)])
 
 
-async def _get(state: StateDep, identity_id: str) -> Identity:
+async def _get(state: StateDep, identity_id: str, principal: Principal) -> Identity:
+    """The identity if this principal may see it; another owner's answers 404 like a missing one."""
     loop = asyncio.get_running_loop()
-    return await loop.run_in_executor(state.control_executor, state.store.get, identity_id)
+    try:
+        identity = await loop.run_in_executor(state.control_executor, state.store.get, identity_id)
+    except IdentityUnreadable:
+        if not principal.is_admin:  # damaged on disk: whose it was cannot be read, so only admin hears of it
+            raise IdentityNotFound(identity_id) from None
+        raise
+    if not principal.can_see(identity.owner):
+        raise IdentityNotFound(identity_id)
+    return identity
 
 
 @router.get("/{identity_id}", response_model=IdentityOut)
-async def get_identity(identity_id: IdentityId, state: StateDep) -> IdentityOut:
-    return IdentityOut.of(await _get(state, identity_id), _model_key(state))
+async def get_identity(identity_id: IdentityId, state: StateDep, principal: IdentitiesRead) -> IdentityOut:
+    return IdentityOut.of(await _get(state, identity_id, principal), _model_key(state))
 
 
 @router.get("/{identity_id}/thumbnail")
-async def get_thumbnail(identity_id: IdentityId, state: StateDep) -> Response:
-    await _get(state, identity_id)
+async def get_thumbnail(identity_id: IdentityId, state: StateDep, principal: IdentitiesRead) -> Response:
+    await _get(state, identity_id, principal)
     loop = asyncio.get_running_loop()
     data = await loop.run_in_executor(state.control_executor, state.store.thumbnail, identity_id)
     return Response(data, media_type="image/jpeg", headers={"Cache-Control": "private, max-age=3600"})
 
 
 @router.delete("/{identity_id}", status_code=204)
-async def delete_identity(identity_id: IdentityId, state: StateDep) -> Response:
+async def delete_identity(
+    identity_id: IdentityId,
+    state: StateDep,
+    principal: IdentitiesWrite,
+    access: AccessDep,
+    revocation: RevocationDep,
+) -> Response:
+    """Deletes the identity and ends every live session and stream showing it before answering."""
+    await _get(state, identity_id, principal)
     loop = asyncio.get_running_loop()
     try:
         await loop.run_in_executor(state.control_executor, state.store.delete, identity_id)
     finally:
         state.cache.invalidate(identity_id)
+    await revocation.identity_deleted(identity_id)
+    access.audit.event("identity_deleted", identity=identity_id, by=principal.id)
     return Response(status_code=204)

@@ -7,7 +7,9 @@ from urllib.parse import urlsplit
 from fastapi import APIRouter, HTTPException, Path, Response
 from pydantic import BaseModel, Field
 
-from app.server.deps import StateDep, StreamsDep
+from app.auth.guard import AccessDep, StreamsUser
+from app.server.deps import RevocationDep, StateDep, StreamsDep
+from app.server.owned import owned_source, owned_stream
 from app.server.settings import ServerSettings
 
 router = APIRouter(prefix="/v1/streams", tags=["streams"])
@@ -50,25 +52,40 @@ def check_source(url: str, settings: ServerSettings) -> str:
 
 
 @router.post("", status_code=201)
-async def create_stream(request: StreamRequest, state: StateDep, streams: StreamsDep) -> dict[str, Any]:
+async def create_stream(
+    request: StreamRequest,
+    principal: StreamsUser,
+    state: StateDep,
+    streams: StreamsDep,
+    revocation: RevocationDep,
+    response: Response,
+) -> dict[str, Any]:
     source_url = check_source(request.source_url, state.settings)
     streams.check_available()
-    source = await state.load_source(request.identity)
+    source = await owned_source(state, principal, request.identity)
     stream = await streams.open(source_url, request.identity, source, label=request.label)
+    revocation.stream_started(stream, principal)
+    response.headers["Location"] = f"/v1/streams/{stream.id}"
     return stream.stats()
 
 
 @router.get("")
-async def list_streams(streams: StreamsDep) -> dict[str, list[dict[str, Any]]]:
-    return {"streams": [s.stats() for s in streams.streams()]}
+async def list_streams(
+    principal: StreamsUser, streams: StreamsDep, access: AccessDep
+) -> dict[str, list[dict[str, Any]]]:
+    return {"streams": [s.stats() for s in streams.streams() if access.owners.visible(principal, s)]}
 
 
 @router.get("/{stream_id}")
-async def get_stream(stream_id: StreamId, streams: StreamsDep) -> dict[str, Any]:
-    return streams.get(stream_id).stats()
+async def get_stream(
+    stream_id: StreamId, principal: StreamsUser, streams: StreamsDep, access: AccessDep
+) -> dict[str, Any]:
+    return owned_stream(streams, stream_id, principal, access).stats()
 
 
 @router.delete("/{stream_id}", status_code=204)
-async def delete_stream(stream_id: StreamId, streams: StreamsDep) -> Response:
-    await streams.close(stream_id)
+async def delete_stream(
+    stream_id: StreamId, principal: StreamsUser, streams: StreamsDep, access: AccessDep, revocation: RevocationDep
+) -> Response:
+    await revocation.close_stream(owned_stream(streams, stream_id, principal, access), "deleted")
     return Response(status_code=204)

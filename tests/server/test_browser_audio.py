@@ -52,10 +52,10 @@ def test_the_microphone_comes_back_to_the_page(
             page.wait_for_selector("#identity-list li.selected", timeout=30_000)
             page.check("#mic-toggle")
             page.click("#start-button")
-            page.wait_for_function("window.swapcast.state === 'live'", timeout=30_000)
+            page.wait_for_function("() => window.swapcast.state === 'live'", timeout=30_000)
             session_url = page.evaluate("window.swapcast.sessionUrl")
             page.wait_for_function(
-                """async () => {
+                """() => {
                     const audio = document.getElementById('remote-audio');
                     return !!audio.srcObject && audio.srcObject.getAudioTracks().length === 1
                         && audio.currentTime > 1;
@@ -69,7 +69,7 @@ def test_the_microphone_comes_back_to_the_page(
                     break
                 page.wait_for_timeout(200)
             assert audio["enabled"] and int(str(audio["frames_out"])) >= 100, audio
-            page.wait_for_function("(window.swapcast.browser || {}).audioBytes > 2000", timeout=20_000)
+            page.wait_for_function("() => (window.swapcast.browser || {}).audioBytes > 2000", timeout=20_000)
             page.click("#stop-button")
         finally:
             browser.close()

@@ -114,7 +114,7 @@ def test_viewer_page_shows_the_session_and_reconnects(server: RunningServer, tom
                 page.on("pageerror", lambda error: errors.append(str(error)))
                 page.route("**/whep", keep_loopback_candidates)
                 page.goto(f"{server.base_url}/view/{session_id}?token=viewer-token")
-                page.wait_for_function("window.swapcastViewer.framesDecoded >= 15", timeout=60_000)
+                page.wait_for_function("() => window.swapcastViewer.framesDecoded >= 15", timeout=60_000)
                 assert page.evaluate("window.swapcastViewer.state") == "live"
                 style = page.evaluate(
                     """() => [getComputedStyle(document.body).backgroundColor,
@@ -139,8 +139,8 @@ def test_viewer_page_shows_the_session_and_reconnects(server: RunningServer, tom
                 # The viewer's resource is removed on the server: the page notices and connects again.
                 (viewer,) = httpx.get(viewers_url).json()["viewers"]
                 assert httpx.delete(f"{viewers_url}/{viewer['id']}").status_code == 200
-                page.wait_for_function("window.swapcastViewer.connects >= 2", timeout=30_000)
-                page.wait_for_function("window.swapcastViewer.framesDecoded >= 10", timeout=30_000)
+                page.wait_for_function("() => window.swapcastViewer.connects >= 2", timeout=30_000)
+                page.wait_for_function("() => window.swapcastViewer.framesDecoded >= 10", timeout=30_000)
                 (again,) = httpx.get(viewers_url).json()["viewers"]
                 assert again["id"] != viewer["id"]
                 assert read_stamp(grab(page)) in output_at

@@ -143,20 +143,25 @@ def test_two_viewers_pull_the_swapped_output_sharing_one_encode(
     assert p95 < max(100.0, 1.5 * own_p95 + 50.0), (p50, p95, own_p50, own_p95)
 
 
-def test_whep_refuses_what_it_cannot_serve(server: RunningServer) -> None:
+def test_whep_refuses_what_it_cannot_serve(server: RunningServer, tom_png: bytes, clip: MotionClip) -> None:
+    identity = upload(server.base_url, tom_png, "tom.png").json()["id"]
+
     async def run() -> list[int]:
         async with httpx.AsyncClient(base_url=server.base_url, timeout=30) as http:
             viewer = WhepViewer()
             unknown = await viewer.connect(http, "/v1/sessions/0123456789abcdef/whep")
             await viewer.close()
-            wrong_type = await http.post("/v1/sessions/x/whep", content="v=0", headers={"Content-Type": "text/plain"})
-            not_sdp = await http.post(
-                "/v1/sessions/x/whep", content="hello", headers={"Content-Type": "application/sdp"}
-            )
-            no_viewer = await http.delete("/v1/sessions/x/whep/y")
-        return [unknown.status_code, wrong_type.status_code, not_sdp.status_code, no_viewer.status_code]
+            client = RtcClient(clip.frames[:5], fps=15)
+            await client.connect(http, f"/v1/sessions?identity={identity}")
+            whep = f"{client.location}/whep"
+            wrong_type = await http.post(whep, content="{}", headers={"Content-Type": "application/json"})
+            not_sdp = await http.post(whep, content="hello", headers={"Content-Type": "application/sdp"})
+            video_less = await http.post(whep, content="v=0\r\n", headers={"Content-Type": "application/sdp"})
+            no_viewer = await http.delete(f"{whep}/0123")
+            await client.close()
+        return [s.status_code for s in (unknown, wrong_type, not_sdp, video_less, no_viewer)]
 
-    assert asyncio.run(run()) == [404, 415, 400, 404]
+    assert asyncio.run(run()) == [404, 415, 400, 400, 404]
 
 
 @pytest.mark.skipif(RTSP_UNAVAILABLE is not None, reason=f"GStreamer RTSP unavailable: {RTSP_UNAVAILABLE}")

@@ -7,14 +7,17 @@ frame and looks up when that frame was pushed. Run as
     python -m app.bench.rtsp_latency [--seconds 10] [--size 640x480 --size 1280x720] [--producer-fps 12]
 
 and it prints one JSON line per size with p50/p95 in milliseconds, the share of distinct frames among
-those decoded (a frame sent twice shows its id twice), and how long `av.open` took and the first
-decoded frame came (a client that connects while frames flow, as OBS's media source does).
+those decoded (a frame sent twice shows its id twice), and how long `ffprobe` and `av.open` took to open
+the stream and the first decoded frame came (clients that connect while frames flow, as OBS's media
+source does).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import shutil
+import subprocess
 import threading
 import time
 from typing import Any
@@ -105,6 +108,7 @@ def measure(
         pusher = threading.Thread(target=push, daemon=True)
         pusher.start()
         time.sleep(0.5)  # frames flow before the client comes
+        ffprobe_s = ffprobe_open_s(server.url("bench"))
         latencies: list[float] = []
         ids: list[int] = []
         unreadable = 0
@@ -145,12 +149,23 @@ def measure(
             "unreadable": unreadable,
             "distinct": round(len(set(ids)) / len(ids), 3) if ids else None,
             "open_s": round(open_s, 2),
+            "ffprobe_s": ffprobe_s,
             "first_frame_s": round(first_frame_s, 2) if first_frame_s is not None else None,
             "dropped": publisher.dropped,
             "p50_ms": round(float(np.percentile(ms, 50)), 1) if len(ms) else None,
             "p95_ms": round(float(np.percentile(ms, 95)), 1) if len(ms) else None,
             "max_ms": round(float(ms.max()), 1) if len(ms) else None,
         }
+
+
+def ffprobe_open_s(url: str) -> float | None:
+    """Wall time of `ffprobe -show_streams` on `url` (process start-up included), None without ffprobe."""
+    if shutil.which("ffprobe") is None:
+        return None
+    command = ["ffprobe", "-v", "error", "-rtsp_transport", "tcp", "-show_streams", "-of", "json", url]
+    started = time.perf_counter()
+    subprocess.run(command, capture_output=True, timeout=30, check=True)
+    return round(time.perf_counter() - started, 2)
 
 
 def _size(text: str) -> tuple[int, int]:

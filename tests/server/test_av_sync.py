@@ -14,6 +14,7 @@ from typing import Any
 import av
 import httpx
 import numpy as np
+import pytest
 from aiortc import RTCConfiguration, RTCPeerConnection, RTCSessionDescription
 from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
 
@@ -186,6 +187,7 @@ class SlowedPipeline:
         return self._process(*args, **kwargs)
 
 
+@pytest.mark.slow
 def test_audio_comes_back_in_sync_with_the_video_as_the_engine_slows_down(
     tmp_path: Path, pipeline_factory: Callable[[PipelineSettings], FramePipeline], tom_png: bytes
 ) -> None:
@@ -201,7 +203,7 @@ def test_audio_comes_back_in_sync_with_the_video_as_the_engine_slows_down(
 
     with start_server(server_settings(tmp_path / "identities"), factory) as server:
         identity = upload(server.base_url, tom_png, "tom.png").json()["id"]
-        phases, audio = asyncio.run(stream(server, identity, [extra(0.0), extra(0.04)], 7.0))
+        phases, audio = asyncio.run(stream(server, identity, [extra(0.0), extra(0.04)], 9.0))
     print(
         f"A/V offsets on the WebRTC return, ms (audio minus video), engine as is then 40 ms slower: {phases}; {audio}"
     )
@@ -209,6 +211,6 @@ def test_audio_comes_back_in_sync_with_the_video_as_the_engine_slows_down(
     # The slower engine's latency is what the audio waits for: without it audio would lead by this much.
     assert audio["delay_ms"] > 80, audio
     for offsets in phases:
-        steady = offsets[2:]  # the delay follows the video's median latency over its last 30 frames
+        steady = offsets[1:]  # the delay follows the video's median latency over its last 30 frames
         assert len(steady) >= 3, phases
         assert abs(float(np.median(steady))) <= 40.0, phases

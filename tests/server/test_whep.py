@@ -164,6 +164,7 @@ def test_whep_refuses_what_it_cannot_serve(server: RunningServer, tom_png: bytes
     assert asyncio.run(run()) == [404, 415, 400, 400, 404]
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(RTSP_UNAVAILABLE is not None, reason=f"GStreamer RTSP unavailable: {RTSP_UNAVAILABLE}")
 def test_a_viewer_pulls_an_ingest_stream_until_the_stream_ends(
     identity_dir: Path,

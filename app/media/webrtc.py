@@ -36,6 +36,7 @@ from aiortc import (
 )
 from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
 
+from app.media.audio_sync import DelayedAudioTrack
 from app.media.hops import HopRecorder, install_timed_encoders
 from app.media.mailbox import Mailbox
 from app.observability import Metrics
@@ -233,6 +234,8 @@ class Session:
         self._on_closed = on_closed
         self._publisher_factory = publisher_factory
         self._publisher: Any = None
+        # Called with every processed image, on the event loop (WHEP viewers); each must return at once.
+        self.output_listeners: list[Callable[[Image], None]] = []
         self.rtsp_path = f"/session/{self.id}"
         self.rtsp_url = rtsp_url(self.rtsp_path) if (rtsp_url and publisher_factory) else None
         # The newest decoded frame not yet taken: put by the receive task, taken by an executor thread.
@@ -249,6 +252,9 @@ class Session:
         ice = [RTCIceServer(url) for url in config.ice_servers]
         self.pc = RTCPeerConnection(RTCConfiguration(iceServers=ice))
         self.output = SwappedVideoTrack(self._on_sent, lambda: self._drop("output_superseded"))
+        # The client's microphone, sent back delayed by the video's processing latency plus this offset.
+        self.audio = DelayedAudioTrack(self._audio_delay_s)
+        self.audio_offset_ms = 0
 
     # --------------------------------------------------------------------------------- signalling
 
@@ -257,6 +263,8 @@ class Session:
         check_offer(offer)
         transceiver = self.pc.addTransceiver(self.output, direction="sendrecv")
         transceiver.setCodecPreferences(codec_preferences(self._config.codecs))
+        if "\nm=audio " in offer:
+            self.pc.addTransceiver(self.audio, direction="sendrecv")
         self.pc.on("track", self._on_track)
         self.pc.on("connectionstatechange", self._on_connection_state)
         try:
@@ -281,6 +289,8 @@ class Session:
         if track.kind == "video" and self._video_track is None:
             self._video_track = track
             self._spawn(self._receive(track), "receive")
+        elif track.kind == "audio":
+            self._spawn(self._receive_audio(track), "audio")
         else:
             self._spawn(self._drain(track), "drain")
 
@@ -316,6 +326,38 @@ class Session:
             self._pending.put((frame, now))
         self.request_close("track ended")
 
+    async def _receive_audio(self, track: MediaStreamTrack) -> None:
+        with contextlib.suppress(MediaStreamError):
+            while True:
+                frame = await track.recv()
+                if isinstance(frame, av.AudioFrame):
+                    self.audio.push(frame, time.monotonic())
+
+    def _audio_delay_s(self) -> float:
+        """The video's processing latency (median of its last 30 frames) plus the user's offset."""
+        recent = list(self.counters.latencies)[-30:]
+        video = float(np.median(recent)) if recent else 0.0
+        return video + self.audio_offset_ms / 1000.0
+
+    def set_audio(self, enabled: bool | None = None, offset_ms: int | None = None) -> None:
+        if enabled is not None:
+            self.audio.enabled = enabled
+            if not enabled:
+                self.audio.clear()
+        if offset_ms is not None:
+            self.audio_offset_ms = offset_ms
+
+    def audio_stats(self) -> dict[str, Any]:
+        a = self.audio
+        return {
+            "enabled": a.enabled,
+            "offset_ms": self.audio_offset_ms,
+            "delay_ms": round(self._audio_delay_s() * 1000.0, 1),
+            "frames_in": a.frames_in,
+            "frames_out": a.frames_out,
+            "dropped": a.dropped,
+        }
+
     async def _drain(self, track: MediaStreamTrack) -> None:
         """Tracks this server does not use (audio) are read and discarded so their queues stay empty."""
         with contextlib.suppress(MediaStreamError):
@@ -347,6 +389,8 @@ class Session:
             self._metrics.observe_stages(timer)
             self.hops.observe_stages(timer)
             self.output.put(out, arrived, processed)
+            for listener in self.output_listeners:
+                listener(image)
             await self._publish(image)
 
     def _process_newest(self, timer: StageTimer) -> tuple[av.VideoFrame, Image, float, float] | None:
@@ -492,6 +536,7 @@ class Session:
         for task in tasks:
             task.cancel()
         self.output.stop()
+        self.audio.stop()
         try:
             await asyncio.gather(*tasks, return_exceptions=True)
             try:

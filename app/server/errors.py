@@ -12,19 +12,23 @@ from fastapi.responses import JSONResponse
 from app.identity.images import ImageRejected
 from app.identity.store import IdentityNotFound, IdentityUnreadable
 from app.media.webrtc import OfferError
+from app.media.whep import ViewerOfferError
 from app.server.admission import AdmissionError
 from app.server.sessions import SessionNotFound
 from app.server.settings import ServerSettings
 from app.server.state import NotReady
 from app.server.streams import StreamNotFound, StreamsUnavailable
+from app.server.viewers import ViewerNotFound
 
 # Errors answered with a fixed status and the error's message as the detail.
 STATUS_OF: dict[type[Exception], int] = {
     IdentityNotFound: 404,
     SessionNotFound: 404,
     StreamNotFound: 404,
+    ViewerNotFound: 404,
     IdentityUnreadable: 409,
     OfferError: 400,
+    ViewerOfferError: 400,
     StreamsUnavailable: 503,
 }
 

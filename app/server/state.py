@@ -22,6 +22,7 @@ from app.server.rtsp import RtspOutput
 from app.server.sessions import SessionManager
 from app.server.settings import ServerSettings
 from app.server.streams import StreamManager
+from app.server.viewers import Viewers
 from app.settings import BatchingSettings, PipelineSettings
 from engines.store import ModelStore
 
@@ -96,6 +97,7 @@ class ServerState:
         self.pipeline: FramePipeline | None = None
         self.sessions: SessionManager | None = None
         self.streams: StreamManager | None = None
+        self.viewers = Viewers(tuple(settings.ice_servers))
         self.ready = False
         self.not_ready_reason: str = "starting"
         self._load_task: asyncio.Task[None] | None = None
@@ -177,6 +179,7 @@ class ServerState:
         if self.streams is not None:
             closers.append(self.streams.close_all(grace))
         results = await asyncio.gather(*closers, return_exceptions=True)
+        await self.viewers.close_all()
         if not all(r is True for r in results):
             log.warning("some sessions or streams did not close within %.1f s", grace)
         loop = asyncio.get_running_loop()

@@ -114,6 +114,9 @@ class Stream:
         self._seen_in = 0
         self._seen_dropped = 0
         self.marker: FrameMarker | None = None  # watermark and label of every output frame
+        # Called with every output frame on the ingest thread (WHEP viewers); each must return at once.
+        self.output_listeners: list[Callable[[Image], None]] = []
+        self.ended = asyncio.Event()
 
     def process(self, frames: list[Image]) -> list[Image]:
         """Called by the ingest worker's thread with decoded frames; returns the swapped ones.
@@ -133,7 +136,11 @@ class Stream:
         self._metrics.observe_stages(timer)
         self._metrics.frames_out.labels(KIND).inc(len(results))
         marker = self.marker
-        return [marker.apply(r.image) if marker else r.image for r in results]
+        images = [marker.apply(r.image) if marker else r.image for r in results]
+        for listener in list(self.output_listeners):
+            for image in images:
+                listener(image)
+        return images
 
     def sync_counters(self) -> None:
         """Carry the worker's decoded and dropped frame counts over to the metrics."""
@@ -267,7 +274,10 @@ class StreamManager:
         stream = self._admission.release(stream_id)
         if stream is None:
             raise StreamNotFound(stream_id)
-        await asyncio.get_running_loop().run_in_executor(None, _stop_stream, stream)
+        try:
+            await asyncio.get_running_loop().run_in_executor(None, _stop_stream, stream)
+        finally:
+            stream.ended.set()
 
     async def close_all(self, grace_s: float) -> bool:
         """Refuse new streams and stop all running ones; False if some did not finish within `grace_s`."""

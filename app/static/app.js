@@ -259,7 +259,7 @@ async function start() {
   try {
     page.stream = await navigator.mediaDevices.getUserMedia({
       video: { width: { ideal: 640 }, height: { ideal: 480 }, frameRate: { ideal: 30 } },
-      audio: false,
+      audio: $("mic-toggle").checked,
     });
     $("local-video").srcObject = page.stream;
 
@@ -267,8 +267,12 @@ async function start() {
     page.pc = pc;
     updateButtons();
     pc.addTransceiver(page.stream.getVideoTracks()[0], { direction: "sendrecv", streams: [page.stream] });
+    for (const track of page.stream.getAudioTracks()) {
+      pc.addTransceiver(track, { direction: "sendrecv", streams: [page.stream] });
+    }
     pc.addEventListener("track", (event) => {
-      $("remote-video").srcObject = event.streams[0] || new MediaStream([event.track]);
+      const element = event.track.kind === "audio" ? $("remote-audio") : $("remote-video");
+      element.srcObject = new MediaStream([event.track]);
     });
     pc.addEventListener("connectionstatechange", () => {
       if (pc !== page.pc) return;
@@ -380,6 +384,8 @@ async function updateStats() {
       now.height = entry.frameHeight;
       now.jitterBufferMs = entry.jitterBufferEmittedCount
         ? (1000 * entry.jitterBufferDelay) / entry.jitterBufferEmittedCount : null;
+    } else if (entry.type === "inbound-rtp" && entry.kind === "audio") {
+      now.audioBytes = entry.bytesReceived || 0;
     } else if (entry.type === "outbound-rtp" && entry.kind === "video") {
       now.fpsOut = entry.framesPerSecond;
       now.framesSent = entry.framesSent || 0;

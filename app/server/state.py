@@ -10,6 +10,7 @@ import numpy as np
 from prometheus_client import CollectorRegistry
 
 from app.identity.cache import IdentityCache
+from app.identity.images import decode_slots
 from app.identity.store import IdentityNotFound, IdentityStore, is_identity_id
 from app.media.webrtc import SessionConfig
 from app.observability import Metrics
@@ -70,6 +71,7 @@ class ServerState:
         # upload or an identity switch never waits behind video.
         self.executor = ThreadPoolExecutor(settings.pipeline_workers, thread_name_prefix="swapcast-pipeline")
         self.control_executor = ThreadPoolExecutor(2, thread_name_prefix="swapcast-control")
+        decode_slots.resize(settings.max_concurrent_decodes)
         self.store = IdentityStore(settings.identity_dir)
         self.rtsp = RtspOutput(
             enabled=settings.rtsp_enabled, port=settings.rtsp_port, host=settings.host, public_host=settings.url_host()

@@ -12,7 +12,7 @@ from pydantic import BaseModel
 from starlette.datastructures import UploadFile
 from starlette.formparsers import MultiPartException, MultiPartParser
 
-from app.identity.images import ImageInfo, ImageRejected, decode_image, sniff_format
+from app.identity.images import ImageInfo, ImageRejected, decode_image, encode_stored, sniff_format
 from app.identity.store import Identity
 from app.pipeline.pipeline import FramePipeline
 from app.pipeline.swap import PreparedSource
@@ -24,6 +24,7 @@ router = APIRouter(prefix="/v1/identities", tags=["identities"])
 
 MULTIPART_OVERHEAD = 64 * 1024
 MAX_NAME = 100
+MAX_FACE_INDEX = 999  # far above the detector's 64 faces per image; longer input is not echoed back
 THUMB_SIZE = 160
 
 IdentityId = Annotated[str, Path(min_length=1, max_length=64)]
@@ -72,13 +73,12 @@ def _clean_name(raw: str | None, filename: str | None) -> str:
 def _parse_face_index(raw: str | None) -> int | None:
     if raw is None or raw.strip() == "":
         return None
-    try:
-        value = int(raw.strip())
-    except ValueError:
-        raise HTTPException(422, f"face_index must be a whole number, got {raw[:20]!r}") from None
-    if value < 0:
-        raise HTTPException(422, "face_index must not be negative")
-    return value
+    text = raw.strip()
+    if not text.isascii() or not text.isdigit():
+        raise HTTPException(422, f"face_index must be a whole number from 0 to {MAX_FACE_INDEX}, got {text[:20]!r}")
+    if len(text) > len(str(MAX_FACE_INDEX)) or int(text) > MAX_FACE_INDEX:
+        raise HTTPException(422, f"face_index must be at most {MAX_FACE_INDEX}")
+    return int(text)
 
 
 def _thumbnail(image: Image, face: Face) -> bytes:
@@ -101,8 +101,9 @@ def _thumbnail(image: Image, face: Face) -> bytes:
 
 def _analyse(
     pipeline: FramePipeline, data: bytes, max_pixels: int, face_index: int | None
-) -> tuple[ImageInfo, int, PreparedSource, bytes]:
-    """Runs in an executor: decode, find faces, pick one, prepare it for the engine."""
+) -> tuple[ImageInfo, int, PreparedSource, bytes, bytes]:
+    """Runs in an executor: decode, find faces, pick one, prepare it for the engine; the decoded photo comes back
+    re-encoded for the store."""
     image, info = decode_image(data, max_pixels)
     (faces,) = pipeline.detector.process([image])
     if not faces:
@@ -118,7 +119,7 @@ def _analyse(
     else:
         raise ImageRejected(422, f"the image has {len(faces)} face(s); face_index {face_index} does not exist")
     prepared = pipeline.engine.prepare(image, face)
-    return info, len(faces), prepared, _thumbnail(image, face)
+    return info, len(faces), prepared, _thumbnail(image, face), encode_stored(image)
 
 
 @router.post("", status_code=201, response_model=IdentityOut)
@@ -161,15 +162,15 @@ async def create_identity(request: Request, state: StateDep, pipeline: PipelineD
         raise HTTPException(415, "unsupported image type: send a JPEG, PNG or WebP file")
 
     loop = asyncio.get_running_loop()
-    info, faces, prepared, thumb = await loop.run_in_executor(
+    info, faces, prepared, thumb, stored = await loop.run_in_executor(
         state.control_executor, _analyse, pipeline, data, settings.max_image_pixels, face_index
     )
     identity = await loop.run_in_executor(
         state.control_executor,
         lambda: state.store.create(
             name=name,
-            photo=data,
-            format=info.format,
+            photo=stored,
+            format="png",
             width=info.width,
             height=info.height,
             faces=faces,

@@ -9,7 +9,18 @@ Register = Callable[["argparse._SubParsersAction[argparse.ArgumentParser]"], Non
 def _commands() -> list[Register]:
     # Imported here so that `app.commands` stays cheap to import and each command module loads its
     # heavy dependencies (onnxruntime, av) only when run.
-    from app.commands import bench, bench_batch, bench_server, demo, engine_tools, engines, models, serve, swap
+    from app.commands import (
+        bench,
+        bench_batch,
+        bench_server,
+        bench_upload,
+        demo,
+        engine_tools,
+        engines,
+        models,
+        serve,
+        swap,
+    )
 
     return [
         serve.register,
@@ -21,6 +32,7 @@ def _commands() -> list[Register]:
         bench.register,
         bench_batch.register,
         bench_server.register,
+        bench_upload.register,
     ]
 
 

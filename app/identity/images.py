@@ -20,8 +20,9 @@ from app.pipeline.types import Image
 FORMATS = {"jpeg": "image/jpeg", "png": "image/png", "webp": "image/webp"}
 _PIL_NAMES = {"JPEG": "jpeg", "PNG": "png", "WEBP": "webp"}
 # The long side a photo is decoded to: the detector looks at 640 pixels and engines at aligned crops of 128-256,
-# so a face in a group photo keeps enough pixels while a 24 MP photo costs a tenth of its full decode.
-MAX_SIDE = 2048
+# so a face in a group photo keeps enough pixels. Below half of 4000 so a 4000-pixel JPEG decodes at half size in
+# the DCT and a 4000-pixel PNG box-reduces by 2 before filtering (`swapcast bench-upload`).
+MAX_SIDE = 1920
 # Longer thin strips have no room for a face and break resizing (a 1280x1 photo scales to a width of 0).
 MAX_ASPECT = 16
 _SIXTEEN_BIT = ("I;16", "I;16B", "I;16L", "I;16N", "I")
@@ -133,7 +134,7 @@ def decode_image(data: bytes, max_pixels: int, *, max_side: int = MAX_SIDE) -> t
             if info.format == "jpeg":
                 image.draft("RGB", target)  # decode at 1/2, 1/4 or 1/8 in the DCT while that still covers target
             image.load()
-            small = _reduced(_eight_bit(image), target)
+            small = _reduced(_opaque(image), target)
             upright = ImageOps.exif_transpose(small)
             rgb = upright.convert("RGB")
             pixels = np.asarray(rgb, dtype=np.uint8)
@@ -178,12 +179,26 @@ def _eight_bit(image: PilImage.Image) -> PilImage.Image:
     return grey
 
 
+def _opaque(image: PilImage.Image) -> PilImage.Image:
+    """8-bit grey or RGB, dropping alpha as the conversion always did; the input is closed when replaced, so at most
+    two full-size copies exist at once."""
+    if image.mode in _SIXTEEN_BIT:
+        converted = _eight_bit(image)
+    elif image.mode not in ("RGB", "L"):
+        converted = image.convert("RGB")
+    else:
+        return image
+    image.close()
+    return converted
+
+
 def _reduced(image: PilImage.Image, target: tuple[int, int]) -> PilImage.Image:
+    """`image` at `target` size; the full-size input is closed when a smaller copy replaces it."""
     if image.size == target:
         return image
-    if image.mode not in ("RGB", "RGBA", "L", "LA"):
-        image = image.convert("RGBA" if image.has_transparency_data else "RGB")
-    return image.resize(target, PilImage.Resampling.LANCZOS, reducing_gap=3.0)
+    small = image.resize(target, PilImage.Resampling.LANCZOS, reducing_gap=2.0)
+    image.close()
+    return small
 
 
 _OBJECT_REPR = re.compile(r"\s*<[^<>]* at 0x[0-9a-fA-F]+>")

@@ -36,8 +36,9 @@ class ServerSettings(BaseSettings):
     identity_dir: Path = Field(default_factory=default_identity_dir)
     identity_cache_items: int = Field(64, ge=1)
     max_upload_bytes: int = Field(10 * 1024 * 1024, ge=1024)
-    # Pixels an upload may declare: 24 MP (a 6000x4000 photo) decodes within ~100 MB (`swapcast bench-upload`).
-    max_image_pixels: int = Field(24_000_000, ge=64 * 64)
+    # Pixels an upload may declare: 16 MP (a 12 MP phone photo fits) keeps the worst decode, an RGBA PNG, near
+    # 100 MB above the process's own size (`swapcast bench-upload`); 40 MP cost 973 MB.
+    max_image_pixels: int = Field(16_000_000, ge=64 * 64)
     max_concurrent_decodes: int = Field(2, ge=1)
     sdp_max_bytes: int = Field(128 * 1024, ge=1024)
     max_json_bytes: int = Field(64 * 1024, ge=1024)

@@ -1,11 +1,12 @@
 """Peak memory and time of decoding hostile identity photos, each in a fresh process.
 
 Each image is made by one child process and written to a file; a second, fresh child reads it and decodes it (and
-re-encodes it for the store) exactly as an upload is, and its peak resident size (VmHWM, reset just before) is that image's
-alone. The child's size before decoding (imports and the file's bytes) is reported too: the decode's own cost is
+re-encodes it for the store) exactly as an upload is, and its peak resident size (VmHWM, reset just before) is that
+image's alone. The child's size before decoding (imports and the file's bytes) is reported too: the decode's own cost is
 `decode_rss_mb`.
 """
 
+import contextlib
 import io
 import multiprocessing
 import resource
@@ -103,10 +104,8 @@ def _status_mb(field: str) -> float:
 
 def _reset_peak() -> None:
     """Start the peak (VmHWM) again from the current size, so the imports' own peak does not hide the decode's."""
-    try:
+    with contextlib.suppress(OSError):  # not Linux, or not allowed: the peak then includes start-up
         Path("/proc/self/clear_refs").write_text("5")
-    except OSError:  # not Linux, or not allowed: the peak then includes start-up
-        pass
 
 
 def _peak_mb() -> float:

@@ -11,7 +11,8 @@ from prometheus_client import CollectorRegistry
 
 from app.identity.cache import IdentityCache
 from app.identity.images import decode_slots
-from app.identity.store import IdentityNotFound, IdentityStore, is_identity_id
+from app.identity.store import IdentityNotFound, IdentityStore, IdentityUnreadable, is_identity_id
+from app.identity.validate import PreparedSpec
 from app.media.webrtc import SessionConfig
 from app.observability import Metrics
 from app.pipeline.pipeline import FramePipeline
@@ -80,6 +81,9 @@ class ServerState:
             self._load_identity, max_items=settings.identity_cache_items, registry=self.metrics.registry
         )
         self.pipeline: FramePipeline | None = None
+        self.prepared_spec: PreparedSpec | None = None
+        # Stored identities found damaged (id -> reason): left out of lists, refused with 409, deletable.
+        self.damaged: dict[str, str] = {}
         self.sessions: SessionManager | None = None
         self.streams: StreamManager | None = None
         self.ready = False
@@ -92,6 +96,7 @@ class ServerState:
     async def start(self) -> None:
         loop = self.loop = asyncio.get_running_loop()
         await loop.run_in_executor(self.control_executor, self.store.open)
+        await self._audit_store()
         await loop.run_in_executor(self.control_executor, self.rtsp.start)
         self.metrics.count_rtsp_clients_with(self._rtsp_clients)
         self._load_task = loop.create_task(self._load())
@@ -105,6 +110,9 @@ class ServerState:
             if self.settings.warmup:
                 self.not_ready_reason = "warming up"
                 await loop.run_in_executor(self.control_executor, warm_up, pipeline)
+            self.prepared_spec = await loop.run_in_executor(
+                self.control_executor, PreparedSpec.of_engine, pipeline.engine
+            )
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # the server stays alive and says why it is not ready
@@ -113,6 +121,7 @@ class ServerState:
             self._announce()
             return
         self.pipeline = pipeline
+        await self._audit_store()
         s = self.settings
         self.sessions = SessionManager(
             pipeline=pipeline,
@@ -170,11 +179,35 @@ class ServerState:
 
     # ------------------------------------------------------------------------------ identities
 
+    async def _audit_store(self) -> None:
+        """Check every stored identity (and, once the engine is known, its prepared data) and say which are
+        damaged, so one bad directory neither breaks the list nor starts a session that shows nothing."""
+        loop = asyncio.get_running_loop()
+        model_key = self.pipeline.engine.model_key if self.pipeline is not None else None
+        found = await loop.run_in_executor(self.control_executor, self.store.audit, self.prepared_spec, model_key)
+        for identity_id, reason in found.items():
+            if identity_id not in self.damaged:
+                log.warning("stored identity %s is damaged and will be refused: %s", identity_id, reason)
+        self.damaged = found
+        if found:
+            log.warning("%d damaged stored identities: %s", len(found), ", ".join(sorted(found)))
+
+    def check_usable(self, identity_id: str) -> None:
+        """`IdentityUnreadable` (409) with the reason when the identity was found damaged."""
+        reason = self.damaged.get(identity_id)
+        if reason is not None:
+            raise IdentityUnreadable(f"identity {identity_id} is damaged: {reason}")
+
+    def forget_damaged(self, identity_id: str) -> None:
+        self.damaged.pop(identity_id, None)
+
     def _load_identity(self, identity_id: str, model_key: str) -> PreparedSource:
         pipeline = self.pipeline
         if pipeline is None:
             raise NotReady(self.not_ready_reason)
-        return self.store.load_prepared(identity_id, model_key, pipeline.engine.name, pipeline.prepare_source)
+        return self.store.load_prepared(
+            identity_id, model_key, pipeline.engine.name, pipeline.prepare_source, self.prepared_spec
+        )
 
     async def load_source(self, identity_id: str) -> PreparedSource:
         """The identity prepared for the loaded engine (cached); IdentityNotFound if there is none."""
@@ -183,6 +216,7 @@ class ServerState:
             raise NotReady(self.not_ready_reason)
         if not is_identity_id(identity_id):
             raise IdentityNotFound(identity_id)
+        self.check_usable(identity_id)
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self.control_executor, self.cache.get, identity_id, pipeline.engine.model_key)
 

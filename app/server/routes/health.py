@@ -54,6 +54,7 @@ async def server_info(state: StateDep) -> dict[str, Any]:
             "max_upload_bytes": s.max_upload_bytes,
             "max_image_pixels": s.max_image_pixels,
         },
+        "identities": {"damaged": len(state.damaged), "damaged_ids": sorted(state.damaged)},
         "sessions": len(state.sessions) if state.sessions is not None else 0,
         "streams": len(state.streams) if state.streams is not None else 0,
     }

@@ -192,10 +192,11 @@ async def list_identities(state: StateDep, store: StoreDep) -> IdentityList:
     loop = asyncio.get_running_loop()
     found = await loop.run_in_executor(state.control_executor, store.list)
     key = _model_key(state)
-    return IdentityList(identities=[IdentityOut.of(i, key) for i in found])
+    return IdentityList(identities=[IdentityOut.of(i, key) for i in found if i.id not in state.damaged])
 
 
 async def _get(state: StateDep, identity_id: str) -> Identity:
+    state.check_usable(identity_id)
     loop = asyncio.get_running_loop()
     return await loop.run_in_executor(state.control_executor, state.store.get, identity_id)
 
@@ -220,4 +221,5 @@ async def delete_identity(identity_id: IdentityId, state: StateDep) -> Response:
         await loop.run_in_executor(state.control_executor, state.store.delete, identity_id)
     finally:
         state.cache.invalidate(identity_id)
+        state.forget_damaged(identity_id)
     return Response(status_code=204)

@@ -25,6 +25,7 @@ import numpy as np
 
 from app.errors import UserError
 from app.identity.images import FORMATS, ImageRejected, decode_image
+from app.identity.quota import Usage
 from app.identity.validate import DamagedIdentity, PreparedSpec, check_directory, check_prepared, read_identity
 from app.pipeline.swap import PreparedSource
 from app.pipeline.types import Image
@@ -185,6 +186,16 @@ class IdentityStore:
             return (self._dir(identity_id) / _THUMB).read_bytes()
         except FileNotFoundError:
             raise IdentityUnreadable(f"identity {identity_id} is damaged: the thumbnail is missing") from None
+
+    def usage(self) -> Usage:
+        """Identities stored and their bytes on disk."""
+        count = size = 0
+        if self.root.is_dir():
+            for entry in self.root.iterdir():
+                if is_identity_id(entry.name) and entry.is_dir():
+                    count += 1
+                    size += sum(f.stat().st_size for f in entry.rglob("*") if f.is_file())
+        return Usage(count, size)
 
     def audit(self, spec: PreparedSpec | None = None, model_key: str | None = None) -> dict[str, str]:
         """Every damaged identity with the reason; `spec` checks the prepared data for `model_key` too."""

@@ -10,9 +10,11 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
 from app.identity.images import ImageRejected
+from app.identity.quota import QuotaExceeded
 from app.identity.store import IdentityNotFound, IdentityUnreadable
 from app.media.webrtc import OfferError
 from app.server.admission import AdmissionError
+from app.server.ratelimit import RateLimited
 from app.server.sessions import SessionNotFound
 from app.server.settings import ServerSettings
 from app.server.state import NotReady
@@ -54,8 +56,17 @@ def install_error_handlers(app: FastAPI, settings: ServerSettings) -> None:
     async def no_room(_request: Request, exc: Exception) -> JSONResponse:
         return answer(503, str(exc), retry_after(settings))
 
+    async def rate_limited(_request: Request, exc: Exception) -> JSONResponse:
+        wait = exc.retry_after_s if isinstance(exc, RateLimited) else settings.retry_after_s
+        return answer(429, str(exc), {"Retry-After": str(wait)})
+
+    async def over_quota(_request: Request, exc: Exception) -> JSONResponse:
+        return answer(exc.status if isinstance(exc, QuotaExceeded) else 409, str(exc))
+
     for error, status in STATUS_OF.items():
         app.add_exception_handler(error, fixed(status))
     app.add_exception_handler(ImageRejected, image_rejected)
     app.add_exception_handler(NotReady, not_ready)
     app.add_exception_handler(AdmissionError, no_room)
+    app.add_exception_handler(RateLimited, rate_limited)
+    app.add_exception_handler(QuotaExceeded, over_quota)

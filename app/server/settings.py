@@ -4,7 +4,8 @@ import os
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, model_validator
+from limits import parse
+from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from app.settings import BatchingSettings, PipelineSettings
@@ -40,6 +41,15 @@ class ServerSettings(BaseSettings):
     # 100 MB above the process's own size (`swapcast bench-upload`); 40 MP cost 973 MB.
     max_image_pixels: int = Field(16_000_000, ge=64 * 64)
     max_concurrent_decodes: int = Field(2, ge=1)
+    # Per owner: identities kept and their bytes on disk (a stored identity is its photo as PNG, ~1-6 MB, a
+    # thumbnail and prepared data).
+    max_identities: int = Field(100, ge=1)
+    max_identity_bytes: int = Field(500 * 1024 * 1024, ge=1024 * 1024)
+    # Creations per minute-window, per principal and per client address (429 with Retry-After beyond them);
+    # the `limits` library's notation: "30/minute", "5/second", "100/hour".
+    rate_uploads: str = "30/minute"
+    rate_sessions: str = "30/minute"
+    rate_streams: str = "10/minute"
     sdp_max_bytes: int = Field(128 * 1024, ge=1024)
     max_json_bytes: int = Field(64 * 1024, ge=1024)
 
@@ -73,6 +83,15 @@ class ServerSettings(BaseSettings):
         if "refine_landmarks" not in self.pipeline.model_fields_set:
             self.pipeline = self.pipeline.model_copy(update={"refine_landmarks": False})
         return self
+
+    @field_validator("rate_uploads", "rate_sessions", "rate_streams")
+    @classmethod
+    def _rate(cls, value: str) -> str:
+        try:
+            parse(value)
+        except ValueError:
+            raise ValueError(f"{value!r} is not a rate such as 30/minute") from None
+        return value
 
     def batching_on(self) -> bool:
         if self.batching_enabled is not None:

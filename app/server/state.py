@@ -11,12 +11,14 @@ from prometheus_client import CollectorRegistry
 
 from app.identity.cache import IdentityCache
 from app.identity.images import decode_slots
+from app.identity.quota import IdentityQuota, UsageOf
 from app.identity.store import IdentityNotFound, IdentityStore, IdentityUnreadable, is_identity_id
 from app.identity.validate import PreparedSpec
 from app.media.webrtc import SessionConfig
 from app.observability import Metrics
 from app.pipeline.pipeline import FramePipeline
 from app.pipeline.swap import PreparedSource
+from app.server.ratelimit import RateLimiter, RateLimits
 from app.server.rtsp import RtspOutput
 from app.server.sessions import SessionManager
 from app.server.settings import ServerSettings
@@ -74,6 +76,12 @@ class ServerState:
         self.control_executor = ThreadPoolExecutor(2, thread_name_prefix="swapcast-control")
         decode_slots.resize(settings.max_concurrent_decodes)
         self.store = IdentityStore(settings.identity_dir)
+        self.identity_quota = IdentityQuota(settings.max_identities, settings.max_identity_bytes)
+        # While one local owner holds everything, an owner's usage is the whole store's.
+        self.identity_usage: UsageOf = lambda _owner: self.store.usage()
+        self.rate_limiter = RateLimiter(
+            RateLimits(uploads=settings.rate_uploads, sessions=settings.rate_sessions, streams=settings.rate_streams)
+        )
         self.rtsp = RtspOutput(
             enabled=settings.rtsp_enabled, port=settings.rtsp_port, host=settings.host, public_host=settings.url_host()
         )

@@ -2,6 +2,7 @@
 
 import asyncio
 import re
+import threading
 from pathlib import PurePath
 from typing import Annotated
 
@@ -19,6 +20,7 @@ from app.pipeline.swap import PreparedSource
 from app.pipeline.types import Face, Image
 from app.server.deps import PipelineDep, StateDep, StoreDep
 from app.server.limits import capped_stream, media_type
+from app.server.principal import principal_of
 
 router = APIRouter(prefix="/v1/identities", tags=["identities"])
 
@@ -26,6 +28,8 @@ MULTIPART_OVERHEAD = 64 * 1024
 MAX_NAME = 100
 MAX_FACE_INDEX = 999  # far above the detector's 64 faces per image; longer input is not echoed back
 THUMB_SIZE = 160
+
+_quota_lock = threading.Lock()
 
 IdentityId = Annotated[str, Path(min_length=1, max_length=64)]
 
@@ -126,6 +130,11 @@ def _analyse(
 async def create_identity(request: Request, state: StateDep, pipeline: PipelineDep) -> IdentityOut:
     """Multipart form: `image` (JPEG, PNG or WebP), optional `face_index`, optional `name`."""
     settings = state.settings
+    state.rate_limiter.hit("uploads", request)
+    owner = principal_of(request)
+    loop = asyncio.get_running_loop()
+    usage_of = state.identity_usage
+    await loop.run_in_executor(state.control_executor, lambda: state.identity_quota.check(usage_of(owner)))
     if media_type(request) != "multipart/form-data":
         raise HTTPException(415, "send multipart/form-data with an `image` field")
     parser = MultiPartParser(
@@ -161,24 +170,27 @@ async def create_identity(request: Request, state: StateDep, pipeline: PipelineD
     if sniff_format(data) is None:
         raise HTTPException(415, "unsupported image type: send a JPEG, PNG or WebP file")
 
-    loop = asyncio.get_running_loop()
     info, faces, prepared, thumb, stored = await loop.run_in_executor(
         state.control_executor, _analyse, pipeline, data, settings.max_image_pixels, face_index
     )
-    identity = await loop.run_in_executor(
-        state.control_executor,
-        lambda: state.store.create(
-            name=name,
-            photo=stored,
-            format="png",
-            width=info.width,
-            height=info.height,
-            faces=faces,
-            face_index=face_index,
-            thumbnail=thumb,
-            prepared=prepared,
-        ),
-    )
+    adding = len(stored) + len(thumb) + prepared.nbytes
+
+    def checked_create() -> Identity:
+        with _quota_lock:  # check and create as one step, so parallel uploads cannot overshoot the quota
+            state.identity_quota.check(usage_of(owner), adding)
+            return state.store.create(
+                name=name,
+                photo=stored,
+                format="png",
+                width=info.width,
+                height=info.height,
+                faces=faces,
+                face_index=face_index,
+                thumbnail=thumb,
+                prepared=prepared,
+            )
+
+    identity = await loop.run_in_executor(state.control_executor, checked_create)
     state.cache.put(identity.id, prepared.model_key, prepared)
     return IdentityOut.of(identity, prepared.model_key)
 

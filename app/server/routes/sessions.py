@@ -26,6 +26,7 @@ async def create_session(
 ) -> Response:
     """Body: the client's SDP offer (`Content-Type: application/sdp`, ICE gathering complete)."""
     settings = state.settings
+    state.rate_limiter.hit("sessions", request)
     if media_type(request) != "application/sdp":
         raise HTTPException(415, "send the offer as application/sdp")
     body = await read_capped(request, settings.sdp_max_bytes)

@@ -4,7 +4,7 @@ from pathlib import Path as FilePath
 from typing import Annotated, Any
 from urllib.parse import urlsplit
 
-from fastapi import APIRouter, HTTPException, Path, Response
+from fastapi import APIRouter, HTTPException, Path, Request, Response
 from pydantic import BaseModel, Field
 
 from app.server.deps import StateDep, StreamsDep
@@ -49,7 +49,8 @@ def check_source(url: str, settings: ServerSettings) -> str:
 
 
 @router.post("", status_code=201)
-async def create_stream(request: StreamRequest, state: StateDep, streams: StreamsDep) -> dict[str, Any]:
+async def create_stream(request: StreamRequest, http: Request, state: StateDep, streams: StreamsDep) -> dict[str, Any]:
+    state.rate_limiter.hit("streams", http)
     source_url = check_source(request.source_url, state.settings)
     streams.check_available()
     source = await state.load_source(request.identity)

@@ -4,6 +4,7 @@ Every answer keeps FastAPI's `{"detail": "..."}` body; a 503 that will pass (not
 carries `Retry-After`.
 """
 
+import math
 from collections.abc import Awaitable, Callable
 
 from fastapi import FastAPI, Request
@@ -12,7 +13,7 @@ from fastapi.responses import JSONResponse
 from app.identity.images import ImageRejected
 from app.identity.quota import QuotaExceeded
 from app.identity.store import IdentityNotFound, IdentityUnreadable
-from app.media.webrtc import OfferError
+from app.media.webrtc import MediaUnavailable, OfferError
 from app.server.admission import AdmissionError
 from app.server.ratelimit import RateLimited
 from app.server.sessions import SessionNotFound
@@ -27,6 +28,7 @@ STATUS_OF: dict[type[Exception], int] = {
     StreamNotFound: 404,
     IdentityUnreadable: 409,
     OfferError: 400,
+    MediaUnavailable: 503,
     StreamsUnavailable: 503,
 }
 
@@ -54,7 +56,10 @@ def install_error_handlers(app: FastAPI, settings: ServerSettings) -> None:
         return answer(503, f"not ready: {exc}", retry_after(settings))
 
     async def no_room(_request: Request, exc: Exception) -> JSONResponse:
-        return answer(503, str(exc), retry_after(settings))
+        known = exc.retry_after_s if isinstance(exc, AdmissionError) else None
+        if known is None:
+            return answer(503, str(exc), retry_after(settings))
+        return answer(503, str(exc), {"Retry-After": str(max(1, math.ceil(known)))})
 
     async def rate_limited(_request: Request, exc: Exception) -> JSONResponse:
         wait = exc.retry_after_s if isinstance(exc, RateLimited) else settings.retry_after_s

@@ -32,6 +32,7 @@ class SessionManager:
         config: SessionConfig,
         publisher_factory: PublisherFactory | None = None,
         rtsp_url: Callable[[str], str] | None = None,
+        max_per_owner: int | None = None,
     ) -> None:
         self.pipeline = pipeline
         self.config = config
@@ -40,7 +41,12 @@ class SessionManager:
         self._publisher_factory = publisher_factory
         self._rtsp_url = rtsp_url
         self._admission: Admission[Session] = Admission(
-            kind=KIND, capacity=config.max_sessions, metrics=metrics, active=metrics.sessions_active
+            kind=KIND,
+            capacity=config.max_sessions,
+            metrics=metrics,
+            active=metrics.sessions_active,
+            per_owner=max_per_owner,
+            frees_in=Session.frees_in,
         )
 
     def __len__(self) -> int:
@@ -58,9 +64,10 @@ class SessionManager:
             raise SessionNotFound(session_id)
         return session
 
-    async def open(self, offer: str, identity_id: str, source: PreparedSource) -> tuple[Session, str]:
-        """Admit, negotiate and register a session; returns it with the SDP answer."""
-        with self._admission.reserve():
+    async def open(self, offer: str, identity_id: str, source: PreparedSource, owner: str = "") -> tuple[Session, str]:
+        """Admit (against the global and the owner's capacity), negotiate and register a session; returns it with
+        the SDP answer."""
+        with self._admission.reserve(owner):
             session = Session(
                 identity_id=identity_id,
                 source=source,
@@ -80,7 +87,7 @@ class SessionManager:
             except BaseException:
                 await session.close("negotiation failed")
                 raise
-            self._admission.admit(session.id, session)
+            self._admission.admit(session.id, session, owner)
             return session, answer
 
     def _closed(self, session: Session) -> None:

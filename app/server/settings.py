@@ -32,6 +32,9 @@ class ServerSettings(BaseSettings):
 
     max_sessions: int = Field(4, ge=1)
     max_streams: int = Field(4, ge=1)
+    # What one principal may hold of the above; None = only the global limits (one local owner holds all).
+    max_sessions_per_principal: int | None = Field(None, ge=1)
+    max_streams_per_principal: int | None = Field(None, ge=1)
     retry_after_s: int = Field(5, ge=1)
 
     identity_dir: Path = Field(default_factory=default_identity_dir)
@@ -56,6 +59,11 @@ class ServerSettings(BaseSettings):
     video_codecs: list[VideoCodec] = Field(default_factory=lambda: list(DEFAULT_CODECS), min_length=1)
     ice_servers: list[str] = Field(default_factory=list)  # stun:/turn: URLs; none by default (no outside calls)
     connect_timeout_s: float = Field(20.0, gt=0)  # offer answered -> media flowing
+    ice_timeout_s: float = Field(5.0, gt=0)  # offer answered -> ICE connected, or the slot frees
+    max_remote_candidates: int = Field(16, ge=1, le=256)
+    # Addresses media sockets bind and advertise; empty = the bind host when it is one address, else every
+    # interface.
+    ice_host_addresses: list[str] = Field(default_factory=list)
     media_timeout_s: float = Field(10.0, gt=0)  # no input frame for this long ends a session
     shutdown_grace_s: float = Field(5.0, gt=0)
 

@@ -14,10 +14,11 @@ from app.identity.images import decode_slots
 from app.identity.quota import IdentityQuota, UsageOf
 from app.identity.store import IdentityNotFound, IdentityStore, IdentityUnreadable, is_identity_id
 from app.identity.validate import PreparedSpec
-from app.media.webrtc import SessionConfig
+from app.media.webrtc import SessionConfig, use_host_addresses
 from app.observability import Metrics
 from app.pipeline.pipeline import FramePipeline
 from app.pipeline.swap import PreparedSource
+from app.server.media_addresses import media_host_addresses
 from app.server.ratelimit import RateLimiter, RateLimits
 from app.server.rtsp import RtspOutput
 from app.server.sessions import SessionManager
@@ -103,6 +104,9 @@ class ServerState:
 
     async def start(self) -> None:
         loop = self.loop = asyncio.get_running_loop()
+        addresses = media_host_addresses(self.settings)
+        if addresses is not None:
+            use_host_addresses(addresses)
         await loop.run_in_executor(self.control_executor, self.store.open)
         await self._audit_store()
         await loop.run_in_executor(self.control_executor, self.rtsp.start)
@@ -141,7 +145,10 @@ class ServerState:
                 ice_servers=tuple(s.ice_servers),
                 connect_timeout_s=s.connect_timeout_s,
                 media_timeout_s=s.media_timeout_s,
+                ice_timeout_s=s.ice_timeout_s,
+                max_remote_candidates=s.max_remote_candidates,
             ),
+            max_per_owner=s.max_sessions_per_principal,
             publisher_factory=self.rtsp.publish if self.rtsp.available else None,
             rtsp_url=self.rtsp.url if self.rtsp.available else None,
         )

@@ -7,6 +7,7 @@ from pydantic import BaseModel, Field
 
 from app.server.deps import SessionsDep, StateDep
 from app.server.limits import media_type, read_capped
+from app.server.principal import principal_of
 
 router = APIRouter(prefix="/v1/sessions", tags=["sessions"])
 
@@ -39,7 +40,7 @@ async def create_session(
     if "\x00" in offer:
         raise HTTPException(400, "the offer contains NUL characters")
     source = await state.load_source(identity)
-    session, answer = await sessions.open(offer, identity, source)
+    session, answer = await sessions.open(offer, identity, source, principal_of(request))
     headers = {"Location": f"/v1/sessions/{session.id}"}
     if session.rtsp_url:
         headers["X-RTSP-URL"] = session.rtsp_url

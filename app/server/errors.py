@@ -15,11 +15,12 @@ from app.identity.quota import QuotaExceeded
 from app.identity.store import IdentityNotFound, IdentityUnreadable
 from app.media.webrtc import MediaUnavailable, OfferError
 from app.server.admission import AdmissionError
+from app.server.ingest_policy import SourceRefused
 from app.server.ratelimit import RateLimited
 from app.server.sessions import SessionNotFound
 from app.server.settings import ServerSettings
 from app.server.state import NotReady
-from app.server.streams import StreamNotFound, StreamsUnavailable
+from app.server.streams import StreamNotFailed, StreamNotFound, StreamsUnavailable
 
 # Errors answered with a fixed status and the error's message as the detail.
 STATUS_OF: dict[type[Exception], int] = {
@@ -30,6 +31,8 @@ STATUS_OF: dict[type[Exception], int] = {
     OfferError: 400,
     MediaUnavailable: 503,
     StreamsUnavailable: 503,
+    StreamNotFailed: 409,
+    SourceRefused: 422,
 }
 
 

@@ -1,5 +1,6 @@
 """Server settings from the environment (prefix SWAPCAST_), validated once at start-up."""
 
+import ipaddress
 import os
 from pathlib import Path
 from typing import Literal
@@ -68,6 +69,15 @@ class ServerSettings(BaseSettings):
     shutdown_grace_s: float = Field(5.0, gt=0)
 
     allow_file_sources: bool = False  # let POST /v1/streams read local files (tests, demos)
+    # Where ingest may connect (see app/server/ingest_policy.py): when set, the only networks a source may be in
+    # (e.g. ["192.168.1.0/24"], or ["127.0.0.0/8"] for a camera proxy on this machine); else everything but
+    # loopback, link-local, multicast, unspecified, reserved and this server's own ports.
+    ingest_allowed_networks: list[str] = Field(default_factory=list)
+    ingest_allow_private: bool = True
+    # A stream whose source has not delivered a frame for this many attempts, or this long, becomes `failed`
+    # and frees its slot (the owner can restart it).
+    stream_give_up_attempts: int = Field(8, ge=1)
+    stream_give_up_s: float = Field(60.0, gt=0)
     pipeline_workers: int = Field(default_factory=lambda: os.cpu_count() or 1, ge=1)
     warmup: bool = True
 
@@ -91,6 +101,16 @@ class ServerSettings(BaseSettings):
         if "refine_landmarks" not in self.pipeline.model_fields_set:
             self.pipeline = self.pipeline.model_copy(update={"refine_landmarks": False})
         return self
+
+    @field_validator("ingest_allowed_networks")
+    @classmethod
+    def _networks(cls, value: list[str]) -> list[str]:
+        for network in value:
+            try:
+                ipaddress.ip_network(network, strict=False)
+            except ValueError:
+                raise ValueError(f"{network!r} is not a network such as 192.168.1.0/24") from None
+        return value
 
     @field_validator("rate_uploads", "rate_sessions", "rate_streams")
     @classmethod

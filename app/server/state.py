@@ -18,12 +18,13 @@ from app.media.webrtc import SessionConfig, use_host_addresses
 from app.observability import Metrics
 from app.pipeline.pipeline import FramePipeline
 from app.pipeline.swap import PreparedSource
+from app.server.ingest_policy import IngestPolicy
 from app.server.media_addresses import media_host_addresses
 from app.server.ratelimit import RateLimiter, RateLimits
 from app.server.rtsp import RtspOutput
 from app.server.sessions import SessionManager
 from app.server.settings import ServerSettings
-from app.server.streams import StreamManager
+from app.server.streams import GiveUp, StreamManager
 from app.settings import BatchingSettings, PipelineSettings
 
 log = logging.getLogger(__name__)
@@ -80,6 +81,9 @@ class ServerState:
         self.identity_quota = IdentityQuota(settings.max_identities, settings.max_identity_bytes)
         # While one local owner holds everything, an owner's usage is the whole store's.
         self.identity_usage: UsageOf = lambda _owner: self.store.usage()
+        self.ingest_policy = IngestPolicy.from_settings(
+            settings.ingest_allowed_networks, settings.ingest_allow_private, (settings.port, settings.rtsp_port)
+        )
         self.rate_limiter = RateLimiter(
             RateLimits(uploads=settings.rate_uploads, sessions=settings.rate_sessions, streams=settings.rate_streams)
         )
@@ -152,7 +156,14 @@ class ServerState:
             publisher_factory=self.rtsp.publish if self.rtsp.available else None,
             rtsp_url=self.rtsp.url if self.rtsp.available else None,
         )
-        self.streams = StreamManager(pipeline=pipeline, metrics=self.metrics, rtsp=self.rtsp, max_streams=s.max_streams)
+        self.streams = StreamManager(
+            pipeline=pipeline,
+            metrics=self.metrics,
+            rtsp=self.rtsp,
+            max_streams=s.max_streams,
+            max_per_owner=s.max_streams_per_principal,
+            give_up=GiveUp(attempts=s.stream_give_up_attempts, seconds=s.stream_give_up_s),
+        )
         self.ready = True
         self.not_ready_reason = ""
         self.metrics.ready.set(1)

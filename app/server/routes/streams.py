@@ -1,5 +1,6 @@
 """RTSP ingest streams: pull an RTSP camera (or, when allowed, a local file), publish the swapped video."""
 
+import asyncio
 from pathlib import Path as FilePath
 from typing import Annotated, Any
 from urllib.parse import urlsplit
@@ -8,6 +9,8 @@ from fastapi import APIRouter, HTTPException, Path, Request, Response
 from pydantic import BaseModel, Field
 
 from app.server.deps import StateDep, StreamsDep
+from app.server.ingest_policy import CheckedSource
+from app.server.principal import principal_of
 from app.server.settings import ServerSettings
 
 router = APIRouter(prefix="/v1/streams", tags=["streams"])
@@ -53,9 +56,33 @@ async def create_stream(request: StreamRequest, http: Request, state: StateDep, 
     state.rate_limiter.hit("streams", http)
     source_url = check_source(request.source_url, state.settings)
     streams.check_available()
+    checked = await _checked(state, source_url)
     source = await state.load_source(request.identity)
-    stream = await streams.open(source_url, request.identity, source)
+    stream = await streams.open(
+        checked.connect_url,
+        request.identity,
+        source,
+        display_url=checked.display_url,
+        owner=principal_of(http),
+        requested_url=source_url,
+    )
     return stream.stats()
+
+
+async def _checked(state: StateDep, source_url: str) -> CheckedSource:
+    """Live sources through the host policy (resolved once, off the event loop); local files as they are."""
+    if "://" not in source_url:
+        return CheckedSource(source_url, source_url, "")
+    loop = asyncio.get_running_loop()
+    return await loop.run_in_executor(state.control_executor, state.ingest_policy.check, source_url)
+
+
+@router.post("/{stream_id}/restart")
+async def restart_stream(stream_id: StreamId, state: StateDep, streams: StreamsDep) -> dict[str, Any]:
+    """Start a failed stream again, its source checked against the host policy again."""
+    stream = streams.get(stream_id)
+    checked = await _checked(state, stream.requested_url)
+    return (await streams.restart(stream_id, checked.connect_url)).stats()
 
 
 @router.get("")

@@ -101,6 +101,7 @@ def run(args: argparse.Namespace) -> int:
     import uvicorn
 
     from app.server.app import create_app
+    from app.server.connections import uvicorn_options
     from app.server.state import ServerState
 
     settings = build_settings(args)
@@ -140,6 +141,7 @@ def run(args: argparse.Namespace) -> int:
         log_level="debug" if verbose else "warning",
         access_log=verbose,
         timeout_graceful_shutdown=max(1, round(settings.shutdown_grace_s)),
+        **uvicorn_options(settings.connection_limits()),
     )
     server = uvicorn.Server(config)
     stops: list[int] = []

@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 import logging
 import secrets
+import socket
 import time
 from collections import Counter, deque
 from collections.abc import Awaitable, Callable, Iterable
@@ -78,6 +79,22 @@ class SessionConfig:
     max_remote_candidates: int = MAX_REMOTE_CANDIDATES
 
 
+def bindable_host_addresses() -> list[str]:
+    """The host addresses aioice would gather from that a UDP socket can bind to."""
+    import aioice.ice
+
+    usable = []
+    for address in aioice.ice.get_host_addresses(use_ipv4=True, use_ipv6=True):
+        family = socket.AF_INET6 if ":" in address else socket.AF_INET
+        with socket.socket(family, socket.SOCK_DGRAM) as probe:
+            try:
+                probe.bind((address, 0))
+            except OSError:
+                continue
+        usable.append(address)
+    return usable
+
+
 def use_host_addresses(addresses: Iterable[str]) -> None:
     """Offer only these local addresses as ICE host candidates, process-wide.
 
@@ -132,6 +149,8 @@ def check_offer(text: str, max_candidates: int = MAX_REMOTE_CANDIDATES) -> None:
             raise OfferError("RTCP mux is not enabled")
         if media.direction is None:
             raise OfferError(f"the {media.kind} section has no direction (sendrecv, sendonly, ...)")
+    if not videos[0].rtp.muxId:
+        raise OfferError("the video section has no a=mid")
     if videos[0].direction not in RECEIVING_DIRECTIONS:
         raise OfferError(f"the video section is {videos[0].direction}: send the camera (sendrecv or sendonly)")
     candidates = sum(len(m.ice_candidates) for m in description.media)
@@ -287,7 +306,9 @@ class Session:
             raise OfferError(f"cannot answer this offer: {_short(exc)}") from None
         local = self.pc.localDescription.sdp
         if "\na=candidate:" not in local:
-            raise MediaUnavailable("the server has no usable address for media (see SWAPCAST_ICE_HOST_ADDRESSES)")
+            if not bindable_host_addresses():
+                raise MediaUnavailable("the server has no usable address for media (see SWAPCAST_ICE_HOST_ADDRESSES)")
+            raise OfferError("the offer leaves no media section to answer with candidates")
         self.codec = negotiated_codec(local)
         self.state = "connecting"
         self._spawn(self._watchdog(), "watchdog")

@@ -9,6 +9,7 @@ from limits import parse
 from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from app.server.connections import ConnectionLimits
 from app.settings import BatchingSettings, PipelineSettings
 
 VideoCodec = Literal["H264", "VP8"]
@@ -67,6 +68,13 @@ class ServerSettings(BaseSettings):
     ice_host_addresses: list[str] = Field(default_factory=list)
     media_timeout_s: float = Field(10.0, gt=0)  # no input frame for this long ends a session
     shutdown_grace_s: float = Field(5.0, gt=0)
+    # HTTP connections (app/server/connections.py): a request's headers must arrive within header_timeout_s, an
+    # idle keep-alive connection closes after keep_alive_s, and at most max_connections are open (per client
+    # address: max_connections_per_client); beyond those a connection gets 503 and is closed.
+    header_timeout_s: float = Field(10.0, gt=0)
+    keep_alive_s: float = Field(5.0, gt=0)
+    max_connections: int = Field(512, ge=1)
+    max_connections_per_client: int = Field(64, ge=1)
 
     allow_file_sources: bool = False  # let POST /v1/streams read local files (tests, demos)
     # Where ingest may connect (see app/server/ingest_policy.py): when set, the only networks a source may be in
@@ -129,6 +137,14 @@ class ServerSettings(BaseSettings):
 
         on_gpu = available_providers()[0] != "CPUExecutionProvider"
         return on_gpu or gpu_platform() is not None or torch_cuda()
+
+    def connection_limits(self) -> ConnectionLimits:
+        return ConnectionLimits(
+            header_timeout_s=self.header_timeout_s,
+            keep_alive_s=self.keep_alive_s,
+            max_connections=self.max_connections,
+            max_per_client=self.max_connections_per_client,
+        )
 
     def url_host(self) -> str:
         if self.public_host:

@@ -227,16 +227,21 @@ def _make(
     role = get_entry(name).role
     if role == "detector":
         return detector_set(name, model_path, count, detect_size)
+    if role not in ("swapper", "enhancer", "recognizer"):
+        raise UserError(f"no calibration recipe for {role} models like {name}")
     detector = RetinaFaceDetector(
         OnnxModel(store.ensure(DETECTOR_MODEL)), DetectorConfig(size=detect_size, refine_landmarks=True)
     )
-    if role == "swapper":
-        recognizer = None
-        if recognizer_model:
-            recognizer = ArcFaceRecognizer(OnnxModel(store.ensure(recognizer_model)))
-        return swapper_set(name, model_path, detector, count, recognizer)
-    if role == "enhancer":
-        return enhancer_set(name, model_path, detector, count)
-    if role == "recognizer":
+    recognizer = None
+    try:
+        if role == "swapper":
+            if recognizer_model:
+                recognizer = ArcFaceRecognizer(OnnxModel(store.ensure(recognizer_model)))
+            return swapper_set(name, model_path, detector, count, recognizer)
+        if role == "enhancer":
+            return enhancer_set(name, model_path, detector, count)
         return recognizer_set(name, model_path, detector, count)
-    raise UserError(f"no calibration recipe for {role} models like {name}")
+    finally:
+        detector.close()
+        if recognizer is not None:
+            recognizer.close()

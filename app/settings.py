@@ -1,12 +1,9 @@
 """Settings from the environment (prefix SWAPCAST_), validated once at start-up."""
 
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
-
-if TYPE_CHECKING:
-    from app.pipeline.calls import BatchPlan
 
 EngineName = Literal["inswapper", "classic", "passthrough"]
 # How models run: "auto" picks a TensorRT engine built for this GPU, else PyTorch on CUDA, else ONNX Runtime.
@@ -37,7 +34,8 @@ class PipelineSettings(BaseSettings):
 
 
 class BatchingSettings(BaseSettings):
-    """Knobs of the shared dynamic batchers (live serving). Defaults come from `swapcast bench-batch`."""
+    """Knobs of the shared dynamic batchers (live serving), one batcher per model stage; the pipeline
+    factory builds them. Defaults come from `swapcast bench-batch`."""
 
     model_config = SettingsConfigDict(env_prefix="SWAPCAST_BATCH_", extra="ignore")
 
@@ -48,11 +46,3 @@ class BatchingSettings(BaseSettings):
     max_queue: int = Field(64, ge=1)
     policy: Literal["reject_newest", "drop_stalest"] = "drop_stalest"
     deadline_ms: float | None = Field(250.0, gt=0.0)
-
-    def plan(self) -> "BatchPlan":
-        from app.pipeline.calls import BatchPlan, BatchSettings
-
-        def one(max_batch: int) -> BatchSettings:
-            return BatchSettings(max_batch, self.max_delay_ms, self.max_queue, self.policy, self.deadline_ms)
-
-        return BatchPlan(one(self.detect_max_batch), one(self.swap_max_batch), one(self.enhance_max_batch))

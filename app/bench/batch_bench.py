@@ -9,16 +9,17 @@ Frames are 640×480 views of a real face (scikit-image's astronaut) with known m
 import os
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
+from prometheus_client import CollectorRegistry
 
 from app.media.clips import load_sample, make_motion_clip
-from app.pipeline.calls import BatchedCalls, BatchPlan, BatchSettings, DirectCalls, ModelCalls
+from app.pipeline.batching import BatchedStage, BatchSettings
 from app.pipeline.detect import RetinaFaceDetector
 from app.pipeline.paste import PasteConfig
-from app.pipeline.pipeline import FramePipeline, PipelineConfig
+from app.pipeline.pipeline import FramePipeline, PipelineConfig, Stages
 from app.pipeline.recognize import ArcFaceRecognizer
 from app.pipeline.swap import InswapperEngine, PreparedSource
 from app.pipeline.timing import percentiles_ms
@@ -114,10 +115,20 @@ def run_cell(
     }
 
 
-def _mean_batch(calls: ModelCalls, name: str) -> float | None:
-    if not isinstance(calls, BatchedCalls):
+def _mean_batch(stage: object) -> float | None:
+    if not isinstance(stage, BatchedStage):
         return None
-    return round(calls.batchers[name].stats().mean_batch_size, 2)
+    return round(stage.batcher.stats().mean_batch_size, 2)
+
+
+def _batched_stages(detector: RetinaFaceDetector, engine: InswapperEngine, settings: BatchSettings) -> Stages:
+    """Shared batchers around the bench's models, as the factory builds them for live serving."""
+    registry = CollectorRegistry()  # per cell: each cell's counters start at zero
+    live_detector = RetinaFaceDetector(detector.model, replace(detector.config, canvas="fixed"))
+    return Stages(
+        detect=BatchedStage(live_detector, settings, registry),
+        swap=BatchedStage(engine, settings, registry, name="swap"),
+    )
 
 
 def run_batch_bench(config: BatchBenchConfig, store: ModelStore | None = None) -> dict[str, Any]:
@@ -136,25 +147,25 @@ def run_batch_bench(config: BatchBenchConfig, store: ModelStore | None = None) -
         for sessions in config.sessions:
             cell: dict[str, Any] = {"network": network, "sessions": sessions}
             for mode in ("unbatched", "batched"):
-                calls: ModelCalls
+                stages = None
                 if mode == "batched":
                     settings = BatchSettings(
                         max_batch=config.max_batch, max_delay_ms=config.max_delay_ms, deadline_ms=None
                     )
-                    calls = BatchedCalls(detector, engine, plan=BatchPlan(detect=settings, swap=settings))
-                else:
-                    detector.fixed_canvas = False
-                    calls = DirectCalls(detector, engine)
+                    stages = _batched_stages(detector, engine, settings)
                 pipeline = FramePipeline(
-                    detector, engine, config=PipelineConfig(paste=PasteConfig(mask="box")), calls=calls
+                    detector, engine, config=PipelineConfig(paste=PasteConfig(mask="box")), stages=stages
                 )
                 pipeline.process([frames[0]], source)  # warm-up
                 try:
                     cell[mode] = run_cell(pipeline, source, frames, sessions, seconds, config.fps)
-                    cell[mode]["mean_batch_swap"] = _mean_batch(calls, "swap")
-                    cell[mode]["mean_batch_detect"] = _mean_batch(calls, "detect")
+                    cell[mode]["mean_batch_swap"] = _mean_batch(pipeline.stages.swap)
+                    cell[mode]["mean_batch_detect"] = _mean_batch(pipeline.stages.detect)
                 finally:
-                    pipeline.close()
+                    # Only the batchers stop here: the models serve the next cell (closed at the end).
+                    for stage in (pipeline.stages.detect, pipeline.stages.swap):
+                        if isinstance(stage, BatchedStage):
+                            stage.batcher.close(timeout=5.0)
             unbatched, batched = cell["unbatched"], cell["batched"]
             cell["ratio_faces_per_s"] = (
                 round(batched["faces_per_s"] / unbatched["faces_per_s"], 2) if unbatched["faces_per_s"] else None
@@ -162,6 +173,9 @@ def run_batch_bench(config: BatchBenchConfig, store: ModelStore | None = None) -
             p50_b, p50_u = batched["latency_ms"].get("p50"), unbatched["latency_ms"].get("p50")
             cell["ratio_p50_latency"] = round(p50_b / p50_u, 2) if p50_b and p50_u else None
             rows.append(cell)
+        engine.swapper.close()  # the recognizer serves the next network
+    detector.close()
+    recognizer.close()
     return {
         "benchmark": "batch",
         "threads": config.threads,

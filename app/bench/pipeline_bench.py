@@ -185,7 +185,8 @@ def run_bench(config: BenchConfig, store: ModelStore | None = None) -> dict[str,
     if config.enhancer_model:
         scale = registry_entry(config.enhancer_model).scale or 1
         enhancer = RealEsrganEnhancer(OnnxModel(store.ensure(config.enhancer_model), threads=config.threads), scale)
-    pipeline = FramePipeline(detector, engine, enhancer, PipelineConfig(paste=PasteConfig(mask="box")))
+    crops = [enhancer] if enhancer is not None else []
+    pipeline = FramePipeline(detector, engine, crops, PipelineConfig(paste=PasteConfig(mask="box")))
     reference = None
     if config.reference:
         with contextlib.redirect_stdout(io.StringIO()):  # INSwapper prints its input shape

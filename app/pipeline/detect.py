@@ -6,14 +6,16 @@ image at a time and hard-code thresholds; we need batches of mixed-size frames i
 
 from dataclasses import dataclass, replace
 from functools import lru_cache
+from typing import Literal
 
 import cv2
 import numpy as np
 from skimage.transform import SimilarityTransform
 
 from app.pipeline.align import TEMPLATES, transform_points
+from app.pipeline.stage import DEFAULT_SESSION
 from app.pipeline.types import Face, Image
-from app.runtime.onnx import OnnxModel
+from app.runtime.model import Model
 
 # biubug6 RetinaFace-MobileNet0.25 anchor layout and box-coding variances.
 STRIDES = (8, 16, 32)
@@ -33,6 +35,11 @@ class DetectorConfig:
     # heads. Costs about two small detector runs per face, so live streams usually leave it off.
     refine_landmarks: bool = False
     refine_size: int = 192
+    # "fixed": every frame is letterboxed onto the same canvas, so frames of any shape batch together and
+    # a frame's result never depends on its batch-mates (the factory sets it for shared, batched
+    # detection). "tight": the smallest canvas (multiple of 32) that holds the batch, which costs less
+    # for one wide frame (stills, files, identity uploads).
+    canvas: Literal["tight", "fixed"] = "tight"
 
 
 # Landmark order after a horizontal flip: the eyes swap, and so do the mouth corners.
@@ -82,17 +89,16 @@ class RetinaFaceDetector:
 
     name = "detect"
 
-    def __init__(self, model: OnnxModel, config: DetectorConfig | None = None) -> None:
+    def __init__(self, model: Model, config: DetectorConfig | None = None) -> None:
         self.model = model
         self.config = config or DetectorConfig()
-        # With a fixed canvas every frame is letterboxed onto the same canvas: frames of any shape batch
-        # together and a frame's result never depends on its batch-mates. Otherwise the canvas is the
-        # tightest one (multiple of 32) that holds the batch, which costs less for one wide frame.
-        self.fixed_canvas = False
+
+    def close(self) -> None:
+        self.model.close()
 
     def _input_size(self, frames: list[Image]) -> tuple[int, int, list[float]]:
         """Common letterbox size (multiple of 32) for the batch and each frame's scale."""
-        if self.fixed_canvas:
+        if self.config.canvas == "fixed":
             # A 4:3 landscape canvas: webcams' 4:3 fills it, 16:9 wastes a fifth of it (a square
             # canvas would waste a quarter and two fifths); portrait frames are fitted by height.
             width = -(-self.config.size // 32) * 32
@@ -109,7 +115,7 @@ class RetinaFaceDetector:
         anchors = priors(blob.shape[1], blob.shape[2])
         return [decode(loc[i], conf[i], lmk[i], anchors, self.config) for i in range(blob.shape[0])]
 
-    def process(self, batch: list[Image]) -> list[list[Face]]:
+    def process(self, batch: list[Image], *, session: str = DEFAULT_SESSION) -> list[list[Face]]:
         if not batch:
             return []
         height, width, scales = self._input_size(batch)

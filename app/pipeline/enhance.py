@@ -5,8 +5,9 @@ from dataclasses import dataclass
 import cv2
 import numpy as np
 
+from app.pipeline.stage import DEFAULT_SESSION
 from app.pipeline.types import Image
-from app.runtime.onnx import OnnxModel
+from app.runtime.model import Model
 
 
 @dataclass(frozen=True)
@@ -19,12 +20,15 @@ class RealEsrganEnhancer:
 
     name = "enhance"
 
-    def __init__(self, model: OnnxModel, scale: int, config: EnhanceConfig | None = None) -> None:
+    def __init__(self, model: Model, scale: int, config: EnhanceConfig | None = None) -> None:
         self.model = model
         self.scale = scale
         self.config = config or EnhanceConfig()
 
-    def process(self, batch: list[Image]) -> list[Image]:
+    def close(self) -> None:
+        self.model.close()
+
+    def process(self, batch: list[Image], *, session: str = DEFAULT_SESSION) -> list[Image]:
         if not batch:
             return []
         rgb = np.stack(batch)[..., ::-1].astype(np.float32) / 255.0

@@ -3,22 +3,23 @@
 import logging
 from dataclasses import replace
 from pathlib import Path
-from typing import cast
 
 from prometheus_client import CollectorRegistry
 
 from app.errors import ModelError
-from app.pipeline.calls import BatchedCalls, BatchPlan
+from app.pipeline.batching import BatchedStage, BatchSettings
 from app.pipeline.detect import DetectorConfig, RetinaFaceDetector
 from app.pipeline.enhance import EnhanceConfig, RealEsrganEnhancer
 from app.pipeline.paste import PasteConfig
-from app.pipeline.pipeline import FramePipeline, PipelineConfig
+from app.pipeline.pipeline import FramePipeline, PipelineConfig, Stages
 from app.pipeline.recognize import ArcFaceRecognizer
+from app.pipeline.stage import In, Out, Stage
 from app.pipeline.swap import ClassicEngine, InswapperEngine, PassthroughEngine, SwapEngine, last_initializer
 from app.pipeline.track import TrackerConfig
+from app.pipeline.types import Image
 from app.runtime.backend import load_backend
-from app.runtime.onnx import OnnxModel
-from app.settings import PipelineSettings
+from app.runtime.model import Model
+from app.settings import BatchingSettings, PipelineSettings
 from engines.onnx_batch import make_batch_dynamic
 from engines.registry import get_entry
 from engines.store import ModelStore
@@ -26,17 +27,16 @@ from engines.store import ModelStore
 log = logging.getLogger(__name__)
 
 
-def load_model(store: ModelStore, name: str, settings: PipelineSettings) -> OnnxModel:
+def load_model(store: ModelStore, name: str, settings: PipelineSettings) -> Model:
     path = store.ensure(name)
     return _load(path, settings, source=path, source_sha256=store.expected(name)[0])
 
 
-def _load(path: Path, settings: PipelineSettings, *, source: Path, source_sha256: str | None) -> OnnxModel:
+def _load(path: Path, settings: PipelineSettings, *, source: Path, source_sha256: str | None) -> Model:
     """The backend and precision variant that settings.backend/precision pick (app.runtime.backend)."""
-    model = load_backend(
+    return load_backend(
         path, settings.backend, settings.threads, settings.precision, source=source, source_sha256=source_sha256
     )
-    return cast(OnnxModel, model)  # every backend offers OnnxModel's interface (app.runtime.backend.Model)
 
 
 def dynamic_path(store: ModelStore, name: str) -> Path:
@@ -46,7 +46,7 @@ def dynamic_path(store: ModelStore, name: str) -> Path:
     return original.with_name(f"{original.stem}.{(sha256 or 'local')[:12]}.dynamic.onnx")
 
 
-def load_batchable(store: ModelStore, name: str, settings: PipelineSettings) -> OnnxModel:
+def load_batchable(store: ModelStore, name: str, settings: PipelineSettings) -> Model:
     """The model with a dynamic batch dimension. Graphs saved with a fixed batch of 1 (the real inswapper)
     are rewritten once, verified item by item against the original, and cached beside it; a graph that
     cannot be rewritten runs item by item, and the log says so once."""
@@ -62,6 +62,7 @@ def load_batchable(store: ModelStore, name: str, settings: PipelineSettings) -> 
         except ModelError as exc:
             log.warning("%s keeps its fixed batch of 1 (%s): faces run one by one", name, exc)
             return model
+    model.close()
     return _load(dynamic, settings, source=original, source_sha256=sha256)
 
 
@@ -82,26 +83,26 @@ def build_pipeline(
     settings: PipelineSettings,
     store: ModelStore | None = None,
     *,
-    batching: BatchPlan | None = None,
+    batching: BatchingSettings | None = None,
     registry: CollectorRegistry | None = None,
 ) -> FramePipeline:
-    """The pipeline for `settings`. With `batching`, every model call goes through one shared dynamic
-    batcher per model (live serving); without, models are called directly (files, benchmarks)."""
+    """The pipeline for `settings`. With `batching`, every model stage goes through one shared dynamic
+    batcher per stage (live serving); without, models are called directly (files, benchmarks)."""
     store = store or ModelStore()
-    detector = RetinaFaceDetector(
-        load_model(store, settings.detector_model, settings),
-        DetectorConfig(
-            size=settings.detect_size,
-            score_threshold=settings.detect_threshold,
-            refine_landmarks=settings.refine_landmarks,
-        ),
+    detect_config = DetectorConfig(
+        size=settings.detect_size,
+        score_threshold=settings.detect_threshold,
+        refine_landmarks=settings.refine_landmarks,
     )
+    detector = RetinaFaceDetector(load_model(store, settings.detector_model, settings), detect_config)
     engine = build_engine(settings, store)
-    enhancer = None
+    crops: list[Stage[Image, Image]] = []
     if settings.enhancer_model:
         scale = get_entry(settings.enhancer_model).scale or 1
-        enhancer = RealEsrganEnhancer(
-            load_model(store, settings.enhancer_model, settings), scale, EnhanceConfig(blend=settings.enhance_blend)
+        crops.append(
+            RealEsrganEnhancer(
+                load_model(store, settings.enhancer_model, settings), scale, EnhanceConfig(blend=settings.enhance_blend)
+            )
         )
     # The classic engine's texture includes hair and background, so only the face proper is pasted.
     mask = settings.mask if settings.mask != "auto" else ("ellipse" if engine.name == "classic" else "box")
@@ -110,5 +111,18 @@ def build_pipeline(
         tracker=replace(TrackerConfig(), detect_interval=settings.detect_interval),
         paste=PasteConfig(mask=mask, color_strength=settings.color_strength),
     )
-    calls = BatchedCalls(detector, engine, enhancer, batching, registry) if batching else None
-    return FramePipeline(detector, engine, enhancer, config, calls)
+    if batching is None:
+        return FramePipeline(detector, engine, crops, config)
+
+    def batched(stage: Stage[In, Out], max_batch: int, name: str | None = None) -> BatchedStage[In, Out]:
+        return BatchedStage(stage, BatchSettings.from_settings(batching, max_batch), registry, name=name)
+
+    # Shared detection letterboxes every frame onto one canvas, so frames of any size share a batch and a
+    # frame's result does not depend on its batch-mates; stills (identity uploads) keep the tight canvas.
+    live_detector = RetinaFaceDetector(detector.model, replace(detect_config, canvas="fixed"))
+    stages = Stages(
+        detect=batched(live_detector, batching.detect_max_batch),
+        swap=batched(engine, batching.swap_max_batch, "swap"),
+        crops=[batched(stage, batching.enhance_max_batch) for stage in crops],
+    )
+    return FramePipeline(detector, engine, config=config, stages=stages)

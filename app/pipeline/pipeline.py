@@ -1,21 +1,22 @@
 """The frame pipeline: detect (or track) → align → swap → enhance → paste-back, batch-first.
 
 Every model stage runs once per call over all the faces of all the frames given; only paste-back works
-frame by frame. The same object serves the file CLI, the server and the benchmarks.
+frame by frame. The same object serves the file CLI, the server and the benchmarks: the server's stages
+are wrapped in shared batchers (`app.pipeline.batching`), the others call the models directly.
 """
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 import cv2
 import numpy as np
 
 from app.errors import UserError
 from app.pipeline.align import align_faces
-from app.pipeline.calls import DirectCalls, ModelCalls
 from app.pipeline.detect import RetinaFaceDetector
-from app.pipeline.enhance import RealEsrganEnhancer
 from app.pipeline.paste import PasteBack, PasteConfig, PasteItem
+from app.pipeline.stage import DEFAULT_SESSION, Stage
 from app.pipeline.swap import PreparedSource, SwapEngine, SwapItem
 from app.pipeline.timing import StageTimer
 from app.pipeline.track import FaceTracker, TrackerConfig
@@ -31,6 +32,19 @@ class PipelineConfig:
     paste: PasteConfig = field(default_factory=PasteConfig)
 
 
+@dataclass(frozen=True)
+class Stages:
+    """The model stages frames go through, in order. Each is any `Stage`, possibly wrapped (a shared
+    batcher): a new stage is one more entry here and one line in the factory."""
+
+    detect: Stage[Image, list[Face]]
+    swap: Stage[SwapItem, Image]
+    crops: Sequence[Stage[Image, Image]] = ()  # on each swapped crop, in order (enhancers)
+
+    def all(self) -> list[Stage[Any, Any]]:
+        return [self.detect, self.swap, *self.crops]
+
+
 def select_faces(faces: list[Face], selection: FaceSelection) -> list[Face]:
     if selection == "largest" and faces:
         return [max(faces, key=lambda f: f.area)]
@@ -43,23 +57,33 @@ def matrix_scale(matrix: np.ndarray) -> float:
 
 
 class FramePipeline:
+    """`detector` and `engine` serve still photos (identities: `prepare_source`); frames go through
+    `stages`, by default the same detector and engine called directly, then `crops` (e.g. an enhancer).
+    The pipeline owns all of them: `close` closes each stage (a batcher before the stage it wraps), then
+    the still-photo detector and the engine (closing twice is harmless)."""
+
     def __init__(
         self,
         detector: RetinaFaceDetector,
         engine: SwapEngine,
-        enhancer: RealEsrganEnhancer | None = None,
+        crops: Sequence[Stage[Image, Image]] = (),
         config: PipelineConfig | None = None,
-        calls: ModelCalls | None = None,
+        stages: Stages | None = None,
     ) -> None:
+        if stages is not None and crops:
+            raise ValueError("give the crop stages inside `stages`, not beside them")
         self.detector = detector
         self.engine = engine
-        self.enhancer = enhancer
         self.config = config or PipelineConfig()
         self.paster = PasteBack(self.config.paste)
-        self.calls: ModelCalls = calls or DirectCalls(detector, engine, enhancer)
+        self.stages = stages or Stages(detector, engine, tuple(crops))
 
     def close(self) -> None:
-        self.calls.close()
+        """Stop the stages' batchers and release every model (idempotent)."""
+        for stage in self.stages.all():
+            stage.close()
+        self.detector.close()
+        self.engine.close()
 
     def new_stream(self) -> FaceTracker:
         """Per-stream state for video: tracking and detection interval."""
@@ -80,13 +104,13 @@ class FramePipeline:
         return self.engine.prepare(image, face)
 
     def locate(
-        self, frames: list[Image], tracker: FaceTracker | None, timer: StageTimer, session: str = "default"
+        self, frames: list[Image], tracker: FaceTracker | None, timer: StageTimer, session: str = DEFAULT_SESSION
     ) -> list[list[Face]]:
         due = list(range(len(frames))) if tracker is None else [i for i in range(len(frames)) if tracker.due_at(i)]
         detected: dict[int, list[Face]] = {}
         if due:
             with timer.stage("detect"):
-                found = self.calls.detect([frames[i] for i in due], session)
+                found = self.stages.detect.process([frames[i] for i in due], session=session)
             detected = dict(zip(due, found, strict=True))
         if tracker is None:
             return [detected[i] for i in range(len(frames))]
@@ -99,7 +123,7 @@ class FramePipeline:
         source: PreparedSource,
         tracker: FaceTracker | None = None,
         timer: StageTimer | None = None,
-        session: str = "default",
+        session: str = DEFAULT_SESSION,
     ) -> list[FrameResult]:
         """Swap `source` into every selected face of `frames`. `session` names the caller for the
         batchers' fairness when several streams share the models."""
@@ -109,10 +133,11 @@ class FramePipeline:
         with timer.stage("align"):
             aligned = align_faces(frames, chosen, self.engine.align)
         with timer.stage("swap"):
-            swapped = self.calls.swap([SwapItem(a.crop, source) for a in aligned], session)
-        if self.enhancer is not None and swapped:
-            with timer.stage("enhance"):
-                swapped = self.calls.enhance(swapped, session)
+            swapped = self.stages.swap.process([SwapItem(a.crop, source) for a in aligned], session=session)
+        for stage in self.stages.crops:
+            if swapped:
+                with timer.stage(stage.name):
+                    swapped = stage.process(swapped, session=session)
         with timer.stage("paste"):
             items: list[list[PasteItem]] = [[] for _ in frames]
             for face, crop in zip(aligned, swapped, strict=True):

@@ -3,8 +3,9 @@
 import numpy as np
 
 from app.pipeline.align import AlignSpec, estimate_matrix, warp_crop
+from app.pipeline.stage import DEFAULT_SESSION
 from app.pipeline.types import Face, Image
-from app.runtime.onnx import OnnxModel
+from app.runtime.model import Model
 
 ARCFACE_ALIGN = AlignSpec("arcface_112_v2", 112)
 
@@ -14,13 +15,16 @@ class ArcFaceRecognizer:
 
     name = "recognize"
 
-    def __init__(self, model: OnnxModel) -> None:
+    def __init__(self, model: Model) -> None:
         self.model = model
+
+    def close(self) -> None:
+        self.model.close()
 
     def crop(self, image: Image, face: Face) -> Image:
         return warp_crop(image, estimate_matrix(face.landmarks, ARCFACE_ALIGN), ARCFACE_ALIGN.size)
 
-    def process(self, batch: list[Image]) -> list[np.ndarray]:
+    def process(self, batch: list[Image], *, session: str = DEFAULT_SESSION) -> list[np.ndarray]:
         if not batch:
             return []
         rgb = np.stack(batch)[..., ::-1].astype(np.float32)

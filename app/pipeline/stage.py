@@ -1,14 +1,25 @@
-"""The contract every pipeline stage keeps: one method over a batch, checked once at load time."""
+"""The contract every model stage of the pipeline keeps: one method over a batch, and `close`.
+
+Stages that run inline (detector, swap engines, enhancer) ignore `session`; a stage shared by several
+streams through a batcher (`app.pipeline.batching.BatchedStage`) uses it to serve them fairly.
+"""
 
 from typing import Protocol, TypeVar
 
 In = TypeVar("In")
 Out = TypeVar("Out")
 
+DEFAULT_SESSION = "default"
+
 
 class Stage(Protocol[In, Out]):
     """A stage maps a batch of inputs to a batch of outputs of the same length and order."""
 
-    name: str
+    @property
+    def name(self) -> str: ...
 
-    def process(self, batch: list[In]) -> list[Out]: ...
+    def process(self, batch: list[In], *, session: str = DEFAULT_SESSION) -> list[Out]: ...
+
+    def close(self) -> None:
+        """Release what the stage holds (models, batchers). Idempotent."""
+        ...

@@ -13,8 +13,9 @@ from app.errors import ModelError
 from app.pipeline.align import AlignSpec, estimate_matrix, warp_crop
 from app.pipeline.color import lab_stats, transfer_color
 from app.pipeline.recognize import ArcFaceRecognizer
+from app.pipeline.stage import DEFAULT_SESSION
 from app.pipeline.types import Face, Image
-from app.runtime.onnx import OnnxModel
+from app.runtime.model import Model
 
 
 @dataclass(frozen=True)
@@ -43,7 +44,9 @@ class SwapEngine(Protocol):
 
     def prepare(self, image: Image, face: Face) -> PreparedSource: ...
 
-    def process(self, batch: list[SwapItem]) -> list[Image]: ...
+    def process(self, batch: list[SwapItem], *, session: str = DEFAULT_SESSION) -> list[Image]: ...
+
+    def close(self) -> None: ...
 
 
 def _check_sources(engine: SwapEngine, batch: list[SwapItem]) -> None:
@@ -68,7 +71,7 @@ class InswapperEngine:
 
     name = "inswapper"
 
-    def __init__(self, swapper: OnnxModel, recognizer: ArcFaceRecognizer, emap: np.ndarray | None = None) -> None:
+    def __init__(self, swapper: Model, recognizer: ArcFaceRecognizer, emap: np.ndarray | None = None) -> None:
         self.swapper = swapper
         self.recognizer = recognizer
         self.emap = last_initializer(swapper.path) if emap is None else emap
@@ -77,6 +80,10 @@ class InswapperEngine:
         size = swapper.input_shape[2]
         self.align = AlignSpec("arcface_128", size if isinstance(size, int) else 128)
         self.model_key = f"inswapper:{swapper.path.name}:{swapper.path.stat().st_size}"
+
+    def close(self) -> None:
+        self.swapper.close()
+        self.recognizer.close()
 
     def latent(self, embedding: np.ndarray) -> np.ndarray:
         normed = embedding / max(float(np.linalg.norm(embedding)), 1e-12)
@@ -89,7 +96,7 @@ class InswapperEngine:
     def prepare_embedding(self, embedding: np.ndarray) -> PreparedSource:
         return PreparedSource(self.name, self.model_key, self.latent(embedding))
 
-    def process(self, batch: list[SwapItem]) -> list[Image]:
+    def process(self, batch: list[SwapItem], *, session: str = DEFAULT_SESSION) -> list[Image]:
         if not batch:
             return []
         _check_sources(self, batch)
@@ -114,11 +121,14 @@ class ClassicEngine:
         self.align = AlignSpec("arcface_128", size)
         self.model_key = f"classic:{size}"
 
+    def close(self) -> None:
+        pass  # no model
+
     def prepare(self, image: Image, face: Face) -> PreparedSource:
         texture = warp_crop(image, estimate_matrix(face.landmarks, self.align), self.align.size)
         return PreparedSource(self.name, self.model_key, texture)
 
-    def process(self, batch: list[SwapItem]) -> list[Image]:
+    def process(self, batch: list[SwapItem], *, session: str = DEFAULT_SESSION) -> list[Image]:
         _check_sources(self, batch)
         out = []
         for item in batch:
@@ -138,8 +148,11 @@ class PassthroughEngine:
         self.align = AlignSpec("arcface_128", size)
         self.model_key = f"passthrough:{size}"
 
+    def close(self) -> None:
+        pass  # no model
+
     def prepare(self, image: Image, face: Face) -> PreparedSource:
         return PreparedSource(self.name, self.model_key, np.zeros(0, np.float32))
 
-    def process(self, batch: list[SwapItem]) -> list[Image]:
+    def process(self, batch: list[SwapItem], *, session: str = DEFAULT_SESSION) -> list[Image]:
         return [item.crop.copy() for item in batch]

@@ -19,15 +19,13 @@ from __future__ import annotations
 import functools
 import importlib.util
 import logging
-from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal, Protocol
-
-import numpy as np
+from typing import Literal
 
 from app.errors import ModelError
-from app.runtime.onnx import Array, OnnxModel
+from app.runtime.model import Model
+from app.runtime.onnx import OnnxModel
 from engines.precision.variants import check_variant, variant_path
 from engines.tensorrt.manifest import EngineMismatch, Platform, engine_path, probe_platform, verify_engine
 
@@ -36,18 +34,6 @@ log = logging.getLogger(__name__)
 BackendName = Literal["auto", "onnxruntime", "tensorrt", "torch"]
 RunBackend = Literal["onnxruntime", "tensorrt", "torch"]
 Precision = Literal["fp32", "fp16", "int8"]
-
-
-class Model(Protocol):
-    """What the pipeline stages use of a loaded model, whatever runs it."""
-
-    path: Path
-    input_names: list[str]
-    output_names: list[str]
-    input_shape: list[int | str | None]
-    fixed_batch: bool
-
-    def run(self, feeds: Mapping[str, np.ndarray]) -> list[Array]: ...
 
 
 @dataclass(frozen=True)

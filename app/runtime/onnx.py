@@ -1,19 +1,17 @@
-"""ONNX Runtime behind the small interface every model backend offers: named inputs in, outputs out, by batch."""
+"""ONNX Runtime behind the small interface every model backend offers (`app.runtime.model.Model`)."""
 
 import logging
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
-import numpy.typing as npt
 import onnxruntime as ort
 
 from app.errors import ModelError
+from app.runtime.model import Array, BatchSplitter, Feeds
 
 log = logging.getLogger(__name__)
-
-Array = npt.NDArray[np.float32]
 
 # Preferred order when several are installed; CPU is always last and always available.
 _PROVIDER_ORDER = ("TensorrtExecutionProvider", "CUDAExecutionProvider", "CPUExecutionProvider")
@@ -53,29 +51,36 @@ class OnnxModel:
         # share these cores (measured on 2 busy cores: detector p50 37 ms without spinning, 45 ms with).
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         try:
-            self.session = ort.InferenceSession(
+            self._session: ort.InferenceSession | None = ort.InferenceSession(
                 str(self.path), sess_options=options, providers=available_providers(providers)
             )
         except Exception as exc:  # ORT raises several unrelated types for unreadable graphs
             raise ModelError(f"cannot load model {self.path}: {exc}") from exc
-        self.input_names = [i.name for i in self.session.get_inputs()]
-        self.output_names = [o.name for o in self.session.get_outputs()]
-        first = self.session.get_inputs()[0].shape
+        session = self.session
+        self.input_names = [i.name for i in session.get_inputs()]
+        self.output_names = [o.name for o in session.get_outputs()]
+        first = session.get_inputs()[0].shape
         self.input_shape: list[int | str | None] = list(first)
         self.fixed_batch = isinstance(first[0], int) and first[0] == 1
-        self._loop_said = False
+        self._split = BatchSplitter(self.path.name, 1 if self.fixed_batch else None, self._run_batch)
+
+    @property
+    def session(self) -> ort.InferenceSession:
+        if self._session is None:
+            raise ModelError(f"model {self.path.name} is closed")
+        return self._session
 
     @property
     def providers(self) -> list[str]:
         return list(self.session.get_providers())
 
-    def run(self, feeds: Mapping[str, np.ndarray]) -> list[Array]:
+    def run(self, feeds: Feeds) -> list[Array]:
         """Run a batch (the first axis of every input)."""
-        batch = next(iter(feeds.values())).shape[0]
-        if not self.fixed_batch or batch == 1:
-            return [np.asarray(o) for o in self.session.run(self.output_names, dict(feeds))]
-        if not self._loop_said:
-            log.info("%s has a fixed batch of 1: running %d items one by one", self.path.name, batch)
-            self._loop_said = True
-        parts = [self.session.run(self.output_names, {k: v[i : i + 1] for k, v in feeds.items()}) for i in range(batch)]
-        return [np.concatenate([p[j] for p in parts], axis=0) for j in range(len(self.output_names))]
+        return self._split(feeds)
+
+    def _run_batch(self, feeds: Feeds) -> list[Array]:
+        return [np.asarray(o) for o in self.session.run(self.output_names, dict(feeds))]
+
+    def close(self) -> None:
+        """Drop the session (its memory goes with it). Idempotent."""
+        self._session = None

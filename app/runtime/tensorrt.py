@@ -1,4 +1,4 @@
-"""A TensorRT engine behind the same interface as OnnxModel, as a context manager.
+"""A TensorRT engine behind the `app.runtime.model.Model` interface, as a context manager.
 
 Construction only reads the engine's JSON manifest and checks it against this GPU, this TensorRT
 version and the model the caller expects (`engines.tensorrt.manifest.verify_engine`): an engine built
@@ -17,7 +17,6 @@ import ctypes
 import logging
 import math
 import threading
-from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -26,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from app.errors import ModelError
-from app.runtime.onnx import Array
+from app.runtime.model import Array, BatchSplitter, Feeds
 from engines.tensorrt.manifest import (
     EngineManifest,
     Platform,
@@ -75,6 +74,7 @@ class TensorRTModel:
         self._context: Any = None
         self._stream: Any = None
         self._bindings: dict[str, _Binding] = {}
+        self._split = BatchSplitter(self.path.name, self.max_batch, self._run_locked)
 
     @property
     def providers(self) -> list[str]:
@@ -163,22 +163,17 @@ class TensorRTModel:
 
     # -- inference --------------------------------------------------------------------------------
 
-    def run(self, feeds: Mapping[str, np.ndarray]) -> list[Array]:
+    def run(self, feeds: Feeds) -> list[Array]:
         """Run a batch (the first axis of every input); batches over the engine's maximum run in chunks."""
         if not self._active:
             self.activate()
-        batch = next(iter(feeds.values())).shape[0]
-        if batch <= self.max_batch:
-            with self._lock:
-                return self._run_chunk(feeds)
-        parts = []
-        for start in range(0, batch, self.max_batch):
-            chunk = {name: array[start : start + self.max_batch] for name, array in feeds.items()}
-            with self._lock:
-                parts.append(self._run_chunk(chunk))
-        return [np.concatenate([p[j] for p in parts], axis=0) for j in range(len(self.output_names))]
+        return self._split(feeds)
 
-    def _run_chunk(self, feeds: Mapping[str, np.ndarray]) -> list[Array]:
+    def _run_locked(self, feeds: Feeds) -> list[Array]:
+        with self._lock:
+            return self._run_chunk(feeds)
+
+    def _run_chunk(self, feeds: Feeds) -> list[Array]:
         cudart, context, stream = self._cudart, self._context, self._stream
         h2d = cudart.cudaMemcpyKind.cudaMemcpyHostToDevice
         d2h = cudart.cudaMemcpyKind.cudaMemcpyDeviceToHost

@@ -1,4 +1,4 @@
-"""PyTorch behind the same interface as OnnxModel: the ONNX graph converted with onnx2torch.
+"""PyTorch behind the `app.runtime.model.Model` interface: the ONNX graph converted with onnx2torch.
 
 * Precision: "fp16" runs in half precision on CUDA. On a CPU it stays FP32 (said once in the log):
   PyTorch's CPU FP16 convolutions are slow and bf16 loses three more bits of mantissa than FP16 for
@@ -19,7 +19,6 @@ from __future__ import annotations
 import importlib
 import logging
 from collections import OrderedDict
-from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -29,7 +28,7 @@ import onnx
 from onnx import TensorProto
 
 from app.errors import ModelError
-from app.runtime.onnx import Array
+from app.runtime.model import Array, BatchSplitter, Feeds
 
 log = logging.getLogger(__name__)
 
@@ -96,7 +95,7 @@ def _declared_shape(value: onnx.ValueInfoProto) -> list[int | str | None]:
 
 class TorchModel:
     """An ONNX model converted to a torch module. `run` takes a whole batch; graphs with a fixed batch of 1
-    run item by item, as OnnxModel does."""
+    run item by item (`app.runtime.model.BatchSplitter`)."""
 
     def __init__(
         self,
@@ -148,13 +147,28 @@ class TorchModel:
             module = module.to(self.dtype)
         if self.channels_last:
             module = module.to(memory_format=torch.channels_last)
-        self.module = module
+        self._module: Any = module
         self._graphs: OrderedDict[tuple[Any, ...], _Captured | None] = OrderedDict()
-        self._loop_said = False
+        self._split = BatchSplitter(self.path.name, 1 if self.fixed_batch else None, self._run_batch)
 
     @property
     def providers(self) -> list[str]:
         return [f"torch:{self.device.type}:{self.precision}"]
+
+    @property
+    def module(self) -> Any:
+        if self._module is None:
+            raise ModelError(f"model {self.path.name} is closed")
+        return self._module
+
+    def close(self) -> None:
+        """Drop the module and the captured CUDA graphs, and hand cached device memory back. Idempotent."""
+        if self._module is None:
+            return
+        self._graphs.clear()
+        self._module = None
+        if self.device.type == "cuda":
+            self._torch.cuda.empty_cache()
 
     def _tensor(self, array: np.ndarray) -> Any:
         torch = self._torch
@@ -197,7 +211,7 @@ class TorchModel:
             self._graphs.popitem(last=False)
         return captured
 
-    def _run_batch(self, feeds: Mapping[str, np.ndarray]) -> list[Array]:
+    def _run_batch(self, feeds: Feeds) -> list[Array]:
         torch = self._torch
         tensors = [self._tensor(feeds[name]) for name in self.input_names]
         with torch.inference_mode():
@@ -211,13 +225,6 @@ class TorchModel:
                 outputs = captured.outputs
             return [np.ascontiguousarray(o.float().cpu().numpy()) for o in outputs]
 
-    def run(self, feeds: Mapping[str, np.ndarray]) -> list[Array]:
+    def run(self, feeds: Feeds) -> list[Array]:
         """Run a batch (the first axis of every input)."""
-        batch = next(iter(feeds.values())).shape[0]
-        if not self.fixed_batch or batch == 1:
-            return self._run_batch(feeds)
-        if not self._loop_said:
-            log.info("%s has a fixed batch of 1: running %d items one by one", self.path.name, batch)
-            self._loop_said = True
-        parts = [self._run_batch({k: v[i : i + 1] for k, v in feeds.items()}) for i in range(batch)]
-        return [np.concatenate([p[j] for p in parts], axis=0) for j in range(len(self.output_names))]
+        return self._split(feeds)

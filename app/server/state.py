@@ -41,7 +41,7 @@ def shared_pipeline_factory(batching: BatchingSettings | None, registry: Collect
     def build(settings: PipelineSettings) -> FramePipeline:
         from app.pipeline.factory import build_pipeline
 
-        return build_pipeline(settings, batching=batching.plan() if batching else None, registry=registry)
+        return build_pipeline(settings, batching=batching, registry=registry)
 
     return build
 

@@ -86,6 +86,27 @@ def test_torch_fp16_on_a_cpu_runs_fp32(store: ModelStore) -> None:
     assert model.precision == "fp32" and model.providers == ["torch:cpu:fp32"]
 
 
+@pytest.mark.parametrize("backend", ["onnxruntime", "torch"])
+def test_a_fixed_batch_graph_runs_a_batch_in_slices_says_so_once_and_closes(
+    store: ModelStore, crops: np.ndarray, backend: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = store.ensure("reference_swapper_narrow")  # batch fixed at 1
+    model = OnnxModel(path, threads=2) if backend == "onnxruntime" else TorchModel(path, device="cpu", threads=2)
+    feeds = {"target": crops[:3], "source": unit_latents(3)}
+    with caplog.at_level(logging.INFO, logger="app.runtime.model"):
+        (batched,) = model.run(feeds)
+        model.run(feeds)
+    assert [r.getMessage() for r in caplog.records].count(
+        f"{path.name} has a fixed batch of 1: running 3 items one by one"
+    ) == 1
+    alone = [model.run({k: v[i : i + 1] for k, v in feeds.items()})[0] for i in range(3)]
+    assert np.array_equal(batched, np.concatenate(alone))
+    model.close()
+    model.close()  # idempotent
+    with pytest.raises(ModelError, match="is closed"):
+        model.run(feeds)
+
+
 # -- choosing a backend and a variant ----------------------------------------------------------------------
 
 

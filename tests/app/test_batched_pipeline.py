@@ -7,10 +7,10 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from app.media.clips import make_motion_clip
-from app.pipeline.calls import BatchedCalls, BatchPlan, BatchSettings
+from app.pipeline.batching import BatchedStage, BatchSettings
 from app.pipeline.detect import DetectorConfig, RetinaFaceDetector
 from app.pipeline.paste import PasteConfig
-from app.pipeline.pipeline import FramePipeline, PipelineConfig
+from app.pipeline.pipeline import FramePipeline, PipelineConfig, Stages
 from app.pipeline.recognize import ArcFaceRecognizer
 from app.pipeline.swap import InswapperEngine, SwapItem
 from app.pipeline.types import Image
@@ -18,12 +18,16 @@ from app.runtime.onnx import OnnxModel
 from engines.store import ModelStore
 
 
-@pytest.fixture(scope="module")
-def parts(store: ModelStore) -> tuple[RetinaFaceDetector, InswapperEngine]:
+def load_parts(store: ModelStore) -> tuple[RetinaFaceDetector, InswapperEngine]:
     detector = RetinaFaceDetector(OnnxModel(store.ensure("retinaface_mnet025"), threads=1), DetectorConfig())
     recognizer = ArcFaceRecognizer(OnnxModel(store.ensure("reference_recognizer"), threads=1))
     engine = InswapperEngine(OnnxModel(store.ensure("reference_swapper_narrow"), threads=1), recognizer)
     return detector, engine
+
+
+@pytest.fixture(scope="module")
+def parts(store: ModelStore) -> tuple[RetinaFaceDetector, InswapperEngine]:
+    return load_parts(store)
 
 
 def test_engine_batch_equals_single(parts: tuple[RetinaFaceDetector, InswapperEngine], t1: Image) -> None:
@@ -39,22 +43,16 @@ def test_engine_batch_equals_single(parts: tuple[RetinaFaceDetector, InswapperEn
         assert np.array_equal(a, b)
 
 
-def test_frames_batched_across_sessions_equal_frames_run_alone(
-    parts: tuple[RetinaFaceDetector, InswapperEngine], astronaut: Image, t1: Image
-) -> None:
-    detector, engine = parts
+def test_frames_batched_across_sessions_equal_frames_run_alone(store: ModelStore, astronaut: Image, t1: Image) -> None:
+    detector, engine = load_parts(store)  # its own models: closing the pipeline closes them
     config = PipelineConfig(paste=PasteConfig(mask="box"))
     registry = CollectorRegistry()
-    calls = BatchedCalls(
-        detector,
-        engine,
-        plan=BatchPlan(
-            detect=BatchSettings(max_batch=4, max_delay_ms=50, deadline_ms=None),
-            swap=BatchSettings(max_delay_ms=50, deadline_ms=None),
-        ),
-        registry=registry,
+    live_detector = RetinaFaceDetector(detector.model, DetectorConfig(canvas="fixed"))
+    stages = Stages(
+        detect=BatchedStage(live_detector, BatchSettings(max_batch=4, max_delay_ms=50, deadline_ms=None), registry),
+        swap=BatchedStage(engine, BatchSettings(max_delay_ms=50, deadline_ms=None), registry, name="swap"),
     )
-    shared = FramePipeline(detector, engine, config=config, calls=calls)
+    shared = FramePipeline(detector, engine, config=config, stages=stages)
     source = shared.prepare_source(astronaut)
     clip = make_motion_clip(astronaut, size=(480, 360), frames=4, seed=5)
     frames = [*clip.frames, t1[:600, :800].copy()]
@@ -78,4 +76,3 @@ def test_frames_batched_across_sessions_equal_frames_run_alone(
         assert batch_sizes / batches > 1.0, "concurrent sessions should have shared detector batches"
     finally:
         shared.close()
-        detector.fixed_canvas = False

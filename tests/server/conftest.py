@@ -30,7 +30,7 @@ def loopback_ice() -> None:
 def pipeline_factory(store: ModelStore) -> Callable[[PipelineSettings], FramePipeline]:
     def factory(settings: PipelineSettings) -> FramePipeline:
         # As the server builds it: model calls through the shared dynamic batchers.
-        return build_pipeline(settings, store, batching=BatchingSettings().plan())
+        return build_pipeline(settings, store, batching=BatchingSettings())
 
     return factory
 

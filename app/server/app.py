@@ -10,6 +10,7 @@ from fastapi.staticfiles import StaticFiles
 
 from app.server.errors import install_error_handlers
 from app.server.limits import BodyLimitMiddleware
+from app.server.openapi import describe_real_bodies
 from app.server.routes import health, identities, sessions, streams
 from app.server.routes.identities import upload_limit
 from app.server.settings import ServerSettings
@@ -50,6 +51,7 @@ def create_app(
 
     app.add_middleware(BodyLimitMiddleware, limit_for=limit_for)
     install_error_handlers(app, settings)
+    describe_real_bodies(app)
     app.include_router(health.router)
     app.include_router(identities.router)
     app.include_router(sessions.router)

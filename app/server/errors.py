@@ -5,9 +5,11 @@ carries `Retry-After`.
 """
 
 import math
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
 
 from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
 from app.identity.images import ImageRejected
@@ -41,6 +43,16 @@ def retry_after(settings: ServerSettings) -> dict[str, str]:
     return {"Retry-After": str(settings.retry_after_s)}
 
 
+def validation_detail(errors: Sequence[Any]) -> str:
+    """FastAPI's validation errors as one line: where and what, never the input itself, cut to 300 characters."""
+    parts = []
+    for error in errors:
+        where = ".".join(str(part) for part in error.get("loc", ()) if part != "body") or "body"
+        parts.append(f"{where[:60]}: {str(error.get('msg', 'invalid'))[:120]}")
+    text = "; ".join(parts) or "invalid request"
+    return text if len(text) <= 300 else text[:297] + "..."
+
+
 def install_error_handlers(app: FastAPI, settings: ServerSettings) -> None:
     def answer(status: int, detail: str, headers: dict[str, str] | None = None) -> JSONResponse:
         return JSONResponse({"detail": detail}, status_code=status, headers=headers)
@@ -71,6 +83,11 @@ def install_error_handlers(app: FastAPI, settings: ServerSettings) -> None:
     async def over_quota(_request: Request, exc: Exception) -> JSONResponse:
         return answer(exc.status if isinstance(exc, QuotaExceeded) else 409, str(exc))
 
+    async def invalid_request(_request: Request, exc: Exception) -> JSONResponse:
+        errors = exc.errors() if isinstance(exc, RequestValidationError) else []
+        return answer(422, validation_detail(errors))
+
+    app.add_exception_handler(RequestValidationError, invalid_request)
     for error, status in STATUS_OF.items():
         app.add_exception_handler(error, fixed(status))
     app.add_exception_handler(ImageRejected, image_rejected)

@@ -10,6 +10,8 @@ import pytest
 import schemathesis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from hypothesis.errors import Unsatisfiable
+from schemathesis import GenerationMode
 from schemathesis.checks import content_type_conformance, not_a_server_error, response_schema_conformance
 
 from app.pipeline.pipeline import FramePipeline
@@ -18,7 +20,7 @@ from tests.server.harness import server_settings, start_server
 from tests.server.test_bad_input import real_offer
 
 BUDGET_S = 60.0  # for all operations together
-EXAMPLES = 60  # per operation, at most
+EXAMPLES = 40  # per operation and generation mode (valid and invalid by the schema), at most
 
 
 def test_the_document_describes_the_real_bodies(identity_dir: Path) -> None:
@@ -70,33 +72,42 @@ def server_url(tmp_path_factory: pytest.TempPathFactory, pipeline_factory: Calla
         yield server.base_url
 
 
+CHECKS = [not_a_server_error, response_schema_conformance, content_type_conformance]
+
+
+def fuzz(operation: schemathesis.APIOperation, mode: GenerationMode, base_url: str, deadline: float) -> list[int]:
+    """Up to EXAMPLES generated requests to one operation, each answer checked; the statuses seen."""
+    statuses: list[int] = []
+
+    @settings(
+        max_examples=EXAMPLES, deadline=None, database=None, derandomize=True, suppress_health_check=list(HealthCheck)
+    )
+    @given(case=operation.as_strategy(generation_mode=mode))
+    def exercise(case: schemathesis.Case) -> None:
+        if time.monotonic() > deadline:
+            return
+        response = case.call(base_url=base_url, timeout=30)
+        statuses.append(response.status_code)
+        case.validate_response(response, checks=CHECKS)
+
+    try:
+        exercise()
+    except Unsatisfiable:  # nothing to make invalid: an operation without parameters or body
+        assert mode is GenerationMode.NEGATIVE
+    return statuses
+
+
 @pytest.mark.slow
 def test_schema_fuzzing_finds_no_5xx_and_no_schema_violation(server_url: str) -> None:
     schemathesis.openapi.media_type("application/sdp", _sdp_bodies())
     schema = schemathesis.openapi.from_url(f"{server_url}/openapi.json")
     deadline = time.monotonic() + BUDGET_S
-    checks = [not_a_server_error, response_schema_conformance, content_type_conformance]
     operations = [result.ok() for result in schema.get_all_operations()]
     assert len(operations) >= 14
-    calls = 0
+    statuses: list[int] = []
     for operation in operations:
-        if time.monotonic() > deadline:
-            break
-
-        @settings(
-            max_examples=EXAMPLES,
-            deadline=None,
-            database=None,
-            derandomize=True,
-            suppress_health_check=list(HealthCheck),
-        )
-        @given(case=operation.as_strategy())
-        def exercise(case: schemathesis.Case) -> None:
-            nonlocal calls
-            if time.monotonic() > deadline:
-                return
-            calls += 1
-            case.call_and_validate(base_url=server_url, checks=checks, timeout=30)
-
-        exercise()
-    assert calls >= 200
+        for mode in (GenerationMode.POSITIVE, GenerationMode.NEGATIVE):
+            if time.monotonic() < deadline:
+                statuses += fuzz(operation, mode, server_url, deadline)
+    assert len(statuses) >= 400
+    assert set(statuses) >= {200, 400, 404, 415, 422}

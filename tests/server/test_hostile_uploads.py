@@ -2,6 +2,7 @@
 greyscale photos are handled, and error texts carry no internals."""
 
 import io
+import threading
 from pathlib import Path
 
 import cv2
@@ -9,7 +10,7 @@ import httpx
 import numpy as np
 from PIL import Image as PilImage
 
-from app.identity.images import MAX_SIDE, decode_image
+from app.identity.images import MAX_SIDE, decode_image, decode_slots
 from app.media.clips import load_sample
 from tests.server.harness import RunningServer, encode, upload
 
@@ -87,3 +88,19 @@ def test_server_info_and_refusal_name_the_lower_pixel_limit(server: RunningServe
 
     refused = upload(server.base_url, png_claiming(6300, 6300), "bomb.png")
     assert refused.status_code == 413 and "16000000" in refused.json()["detail"]
+
+
+def test_decodes_wait_for_a_free_slot() -> None:
+    """With every decode slot taken, a decode waits; it runs once a slot frees."""
+    data = encode(load_sample("tom_hanks"), ".png")
+    decode_slots.resize(1)
+    try:
+        finished = threading.Event()
+        worker = threading.Thread(target=lambda: (decode_image(data, 16_000_000), finished.set()))
+        with decode_slots:
+            worker.start()
+            assert not finished.wait(0.5)
+        assert finished.wait(10)
+        worker.join()
+    finally:
+        decode_slots.resize(2)

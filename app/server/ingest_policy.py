@@ -7,7 +7,8 @@ the source is opened at the checked address (so a second lookup cannot answer di
 loopback, link-local, multicast, unspecified, reserved and broadcast addresses, and this server's own ports on
 its own addresses. Private ranges are allowed (LAN cameras live there) unless turned off. `allowed_networks`,
 when set, is the complete list of networks a source may be in, and may include loopback (tests, a camera proxy
-on the same machine).
+on the same machine). An rtsp:// source is asked once for its description before ingest starts, and refused when
+it answers with a redirect (FFmpeg would follow it anywhere).
 
 Errors from a source are reported to its owner as coarse classes only (`coarse_error`), so a stream's
 `last_error` cannot be used to tell open, closed and non-RTSP ports apart.
@@ -161,3 +162,37 @@ def coarse_error(error: str | None) -> str | None:
     if "ended" in text:
         return "source ended"
     return "source unavailable"
+
+
+PROBE_TIMEOUT_S = 3.0
+_STATUS_LINE = re.compile(rb"^RTSP/1\.\d (\d{3})")
+
+
+def _user_agent() -> str:
+    """FFmpeg's own User-Agent, so a source cannot answer the probe differently from the ingest that follows."""
+    import av
+
+    major, minor, micro = av.library_versions["libavformat"]
+    return f"Lavf{major}.{minor}.{micro}"
+
+
+def refuse_redirects(checked: CheckedSource, timeout_s: float = PROBE_TIMEOUT_S) -> None:
+    """Ask an rtsp:// source for its description once, at the checked address: FFmpeg follows an RTSP redirect
+    wherever it points (no option turns that off), so a source that answers 3xx is refused. A source that does
+    not answer, or asks for credentials first, is left to ingest, which reports it coarsely."""
+    parts = urlsplit(checked.connect_url)
+    if parts.scheme.lower() != "rtsp" or not checked.address:
+        return
+    target = urlunsplit((parts.scheme, parts.netloc.rpartition("@")[2], parts.path, parts.query, ""))
+    request = (
+        f"DESCRIBE {target} RTSP/1.0\r\nCSeq: 1\r\nAccept: application/sdp\r\nUser-Agent: {_user_agent()}\r\n\r\n"
+    )
+    try:
+        with socket.create_connection((checked.address, parts.port or DEFAULT_RTSP_PORT), timeout=timeout_s) as conn:
+            conn.sendall(request.encode("latin-1", "replace"))
+            reply = conn.recv(512)
+    except (OSError, UnicodeError):
+        return
+    status = _STATUS_LINE.match(reply)
+    if status is not None and status.group(1).startswith(b"3"):
+        raise SourceRefused("source_url redirects elsewhere; give the address the camera really serves on")

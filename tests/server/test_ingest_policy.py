@@ -1,6 +1,9 @@
 """Ingest without server-side request forgery: the host policy, credentials never shown, coarse errors, and a
 source that never answers becoming `failed`, freeing its slot and restartable by its owner."""
 
+import re
+import socket
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -10,7 +13,7 @@ import pytest
 
 from app.media.rtsp_out import rtsp_unavailable_reason
 from app.pipeline.pipeline import FramePipeline
-from app.server.ingest_policy import IngestPolicy, SourceRefused, coarse_error, redact_credentials
+from app.server.ingest_policy import IngestPolicy, SourceRefused, coarse_error, redact_credentials, refuse_redirects
 from app.settings import PipelineSettings
 from tests.server.harness import server_settings, start_server, upload
 
@@ -124,3 +127,77 @@ def test_a_source_that_never_answers_fails_frees_its_slot_and_restarts(
         assert restarted.status_code == 200 and restarted.json()["state"] != "failed", restarted.text
         again = httpx.post(f"{base}/v1/streams/{stream['id']}/restart", timeout=30)
         assert again.status_code == 409
+
+
+class _RtspResponder:
+    """A hostile RTSP source on loopback: answers every request with `status` (a redirect to an internal port)."""
+
+    def __init__(self, status: bytes) -> None:
+        self._status = status
+        self._sock = socket.socket()
+        self._sock.bind(("127.0.0.1", 0))
+        self._sock.listen(8)
+        self._sock.settimeout(0.2)
+        self.port = self._sock.getsockname()[1]
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        while not self._stop.is_set():
+            try:
+                conn, _ = self._sock.accept()
+            except TimeoutError:
+                continue
+            with conn:
+                conn.settimeout(2)
+                try:
+                    request = conn.recv(4096)
+                except OSError:
+                    continue
+                cseq = re.search(rb"CSeq: *(\d+)", request)
+                conn.sendall(
+                    self._status + b"\r\nCSeq: " + (cseq.group(1) if cseq else b"1") + b"\r\n"
+                    b"Location: rtsp://127.0.0.1:8204/internal/admin\r\nContent-Length: 0\r\n\r\n"
+                )
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(5)
+        self._sock.close()
+
+
+def test_sources_that_redirect_are_refused() -> None:
+    loopback = IngestPolicy.from_settings(["127.0.0.0/8"], allow_private=True, own_ports=())
+    redirecting, plain = _RtspResponder(b"RTSP/1.0 302 Moved Temporarily"), _RtspResponder(b"RTSP/1.0 404 Not Found")
+    try:
+        with pytest.raises(SourceRefused, match="redirects"):
+            refuse_redirects(loopback.check(f"rtsp://user:pw@127.0.0.1:{redirecting.port}/cam"))
+        refuse_redirects(loopback.check(f"rtsp://127.0.0.1:{plain.port}/cam"))  # not a redirect: left to ingest
+        refuse_redirects(loopback.check(f"rtsp://127.0.0.1:{free_port()}/cam"))  # closed: left to ingest
+    finally:
+        redirecting.close()
+        plain.close()
+
+
+@needs_rtsp
+def test_a_stream_from_a_redirecting_source_is_refused(
+    identity_dir: Path, pipeline_factory: PipelineFactory, tom_png: bytes
+) -> None:
+    settings = server_settings(identity_dir, rtsp_enabled=True, rtsp_port=0, ingest_allowed_networks=["127.0.0.0/8"])
+    redirecting = _RtspResponder(b"RTSP/1.0 302 Moved Temporarily")
+    try:
+        with start_server(settings, pipeline_factory) as server:
+            identity = upload(server.base_url, tom_png).json()["id"]
+            body = {"source_url": f"rtsp://127.0.0.1:{redirecting.port}/cam", "identity": identity}
+            refused = httpx.post(f"{server.base_url}/v1/streams", json=body, timeout=30)
+            assert refused.status_code == 422 and "redirects" in refused.json()["detail"]
+            assert httpx.get(f"{server.base_url}/v1/streams").json()["streams"] == []
+    finally:
+        redirecting.close()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])

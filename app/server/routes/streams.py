@@ -9,7 +9,7 @@ from fastapi import APIRouter, HTTPException, Path, Request, Response
 from pydantic import BaseModel, Field
 
 from app.server.deps import StateDep, StreamsDep
-from app.server.ingest_policy import CheckedSource
+from app.server.ingest_policy import CheckedSource, refuse_redirects
 from app.server.principal import principal_of
 from app.server.settings import ServerSettings
 
@@ -74,7 +74,9 @@ async def _checked(state: StateDep, source_url: str) -> CheckedSource:
     if "://" not in source_url:
         return CheckedSource(source_url, source_url, "")
     loop = asyncio.get_running_loop()
-    return await loop.run_in_executor(state.control_executor, state.ingest_policy.check, source_url)
+    checked = await loop.run_in_executor(state.control_executor, state.ingest_policy.check, source_url)
+    await loop.run_in_executor(state.control_executor, refuse_redirects, checked)
+    return checked
 
 
 @router.post("/{stream_id}/restart")

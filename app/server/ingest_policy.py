@@ -184,9 +184,7 @@ def refuse_redirects(checked: CheckedSource, timeout_s: float = PROBE_TIMEOUT_S)
     if parts.scheme.lower() != "rtsp" or not checked.address:
         return
     target = urlunsplit((parts.scheme, parts.netloc.rpartition("@")[2], parts.path, parts.query, ""))
-    request = (
-        f"DESCRIBE {target} RTSP/1.0\r\nCSeq: 1\r\nAccept: application/sdp\r\nUser-Agent: {_user_agent()}\r\n\r\n"
-    )
+    request = f"DESCRIBE {target} RTSP/1.0\r\nCSeq: 1\r\nAccept: application/sdp\r\nUser-Agent: {_user_agent()}\r\n\r\n"
     try:
         with socket.create_connection((checked.address, parts.port or DEFAULT_RTSP_PORT), timeout=timeout_s) as conn:
             conn.sendall(request.encode("latin-1", "replace"))

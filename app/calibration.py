@@ -187,11 +187,6 @@ def recognizer_set(name: str, model_path: Path, detector: RetinaFaceDetector, sa
     return CalibrationSet(name, data, f"recognizer: {len(data)} {entry.template} crops at {size} px, (x-127.5)/127.5")
 
 
-def cache_path(store: ModelStore, name: str) -> Path:
-    file = store.file_path(name)
-    return file.with_name(f"{file.stem}.calibration.npz")
-
-
 def calibration_set(
     store: ModelStore,
     name: str,
@@ -206,7 +201,7 @@ def calibration_set(
     entry = get_entry(name)
     count = samples or DEFAULT_SAMPLES[entry.role]
     recipe = f"{entry.role}|size={detect_size}|recognizer={recognizer_model or 'none'}"
-    cached = cache_path(store, name)
+    cached = store.files(name).calibration_data
     if cached.is_file():
         try:
             found = CalibrationSet.load(cached)

@@ -6,15 +6,18 @@ import sys
 from collections.abc import Sequence
 from typing import NoReturn, cast
 
+from pydantic import ValidationError
+
 from app.commands import COMMANDS
 from app.errors import ModelError, UserError
 
 
 class _OneLineParser(argparse.ArgumentParser):
-    """Usage mistakes get the same single error line as every other failure."""
+    """Usage mistakes (including every value `app.commands.arguments` refuses) get the same single error line
+    as every other failure, and exit status 2."""
 
     def error(self, message: str) -> NoReturn:
-        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+        self.exit(2, f"swapcast: error: {message} (see `{self.prog} --help`)\n")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -40,6 +43,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         code: int = args.func(args)
     except (UserError, ModelError) as exc:
         print(f"swapcast: error: {exc}", file=sys.stderr)
+        return 2
+    except ValidationError as exc:  # a SWAPCAST_ variable the settings refuse
+        first = exc.errors()[0]
+        where = ".".join(str(part) for part in first["loc"])
+        print(f"swapcast: error: invalid setting {where}: {first['msg']}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("swapcast: interrupted", file=sys.stderr)

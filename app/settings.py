@@ -1,21 +1,36 @@
-"""Settings from the environment (prefix SWAPCAST_), validated once at start-up."""
+"""Settings from the environment (prefix SWAPCAST_), validated once at start-up. Every SWAPCAST_ variable is
+read here (or in app.server.settings), nowhere else."""
 
+import os
+from pathlib import Path
 from typing import Literal
 
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-EngineName = Literal["inswapper", "classic", "passthrough"]
-# How models run: "auto" picks a TensorRT engine built for this GPU, else PyTorch on CUDA, else ONNX Runtime.
-BackendName = Literal["auto", "onnxruntime", "tensorrt", "torch"]
-# fp16 and int8 load the variants made by `swapcast engines fp16|int8|build-trt NAME` when present.
-PrecisionName = Literal["fp32", "fp16", "int8"]
+from app.names import BackendName, Precision, SwapEngineChoice
+
+
+def default_model_dir() -> Path:
+    """Model files live under the user's cache directory unless SWAPCAST_MODEL_DIR says otherwise."""
+    cache = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(cache) / "swapcast" / "models"
+
+
+class ModelStoreSettings(BaseSettings):
+    """Where the model files are (`SWAPCAST_MODEL_DIR`); `app.model_store.open_model_store` builds the store."""
+
+    model_config = SettingsConfigDict(env_prefix="SWAPCAST_", extra="ignore")
+
+    model_dir: Path = Field(default_factory=default_model_dir)
 
 
 class PipelineSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="SWAPCAST_", extra="ignore")
 
-    engine: EngineName = "classic"
+    # The swap engine (SWAPCAST_ENGINE; the field keeps that name); "auto" is resolved against the model
+    # directory when the pipeline is built (app.model_store.resolve_swap_engine).
+    engine: SwapEngineChoice = "classic"
     swapper_model: str = "inswapper_128"
     recognizer_model: str = "arcface_w600k_r50"
     detector_model: str = "retinaface_mnet025"
@@ -28,9 +43,10 @@ class PipelineSettings(BaseSettings):
     faces: Literal["all", "largest"] = "all"
     color_strength: float = Field(1.0, ge=0.0, le=1.0)
     mask: Literal["auto", "box", "ellipse"] = "auto"
-    threads: int | None = Field(None, ge=1)
+    threads: int | None = Field(None, ge=1)  # per model run; None = all cores
     backend: BackendName = "auto"
-    precision: PrecisionName = "fp32"
+    # fp16 and int8 load the variants made by `swapcast engines fp16|int8|build-trt NAME` when present.
+    precision: Precision = "fp32"
 
 
 class BatchingSettings(BaseSettings):

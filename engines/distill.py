@@ -32,8 +32,6 @@ Training
 from __future__ import annotations
 
 import math
-import os
-import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -47,6 +45,7 @@ import torch.nn.functional as F
 from torch import nn
 from tqdm import tqdm
 
+from engines.atomic import atomic_path
 from engines.errors import ModelError
 from engines.torchnets import net_from_spec, spec_of
 
@@ -250,15 +249,8 @@ def save_set(path: Path, data: SRSet, meta: Mapping[str, Any] | None = None) -> 
     if meta:
         arrays["meta"] = np.array(repr(dict(meta)))
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".npz", dir=path.parent)
-    os.close(fd)
-    try:
+    with atomic_path(path, suffix=".npz") as tmp:  # numpy appends .npz to a name without it
         np.savez(tmp, **arrays)
-        os.chmod(tmp, 0o644)  # mkstemp leaves 0600
-        os.replace(tmp, path)
-    finally:
-        Path(tmp).unlink(missing_ok=True)
     return path
 
 
@@ -393,14 +385,8 @@ def _batch_of(
 
 
 def _save_checkpoint(path: Path, payload: dict[str, Any]) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    os.close(fd)
-    try:
+    with atomic_path(path) as tmp:
         torch.save(payload, tmp)
-        os.chmod(tmp, 0o644)  # mkstemp leaves 0600
-        os.replace(tmp, path)
-    finally:
-        Path(tmp).unlink(missing_ok=True)
 
 
 def load_checkpoint(path: Path) -> dict[str, Any]:

@@ -10,11 +10,9 @@ has no hash, the computed one is printed so the user can pin it, and recorded in
 import errno
 import hashlib
 import http.client
-import os
 import re
 import socket
 import sys
-import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -24,10 +22,10 @@ from pathlib import Path
 from tqdm import tqdm
 
 from engines import registry
+from engines.atomic import atomic_path, replace_file
 from engines.errors import ModelError
 from engines.registry import ModelEntry
 from engines.store import (
-    ModelStore,
     check_file,
     how_to_get,
     make_record,
@@ -164,7 +162,7 @@ def _is_offline(exc: BaseException) -> bool:
 
 def fetch_entry(
     entry: ModelEntry,
-    root: Path | None = None,
+    root: Path,
     *,
     urls: Sequence[str] | None = None,
     retries: int = 4,
@@ -173,11 +171,10 @@ def fetch_entry(
     progress: bool = True,
     notify: Notify = _stderr,
 ) -> Path:
-    """Download ``entry`` into ``root`` (the model directory by default) and return its verified path.
+    """Download ``entry`` into the model directory ``root`` and return its verified path.
 
     Each mirror gets ``1 + retries`` attempts, waiting ``backoff * 2**k`` seconds between them.
     """
-    root = root if root is not None else ModelStore().root
     dest = root / entry.file
     if _intact(dest, entry):
         return dest
@@ -219,7 +216,7 @@ def fetch_entry(
                     break  # no name resolution or nobody listening: retrying this mirror will not help
                 offline = False
                 continue
-            os.replace(part, dest)
+            replace_file(part, dest)
             remember_verified(dest, actual)
             if entry.sha256 is None:
                 write_local_record(root, make_record(entry, dest, actual))
@@ -237,7 +234,7 @@ def fetch_entry(
 
 def fetch(
     name: str,
-    root: Path | None = None,
+    root: Path,
     *,
     retries: int = 4,
     backoff: float = 1.0,
@@ -252,14 +249,13 @@ def fetch(
     return fetch_entry(entry, root, retries=retries, backoff=backoff, timeout=timeout, progress=progress, notify=notify)
 
 
-def import_file(model: str | ModelEntry, src: Path, root: Path | None = None) -> Path:
+def import_file(model: str | ModelEntry, src: Path, root: Path) -> Path:
     """Copy a user-supplied file into the model directory after checking its size and sha256.
 
     Only models with a known hash are accepted (every download entry, and imports whose hash is
     pinned), so a wrong or damaged file never lands under a model's name.
     """
     entry = _resolve(model)
-    root = root if root is not None else ModelStore().root
     if entry.sha256 is None:
         instead = f"run `swapcast models fetch {entry.name}`" if entry.source == "download" else how_to_get(entry)
         raise ModelError(f"model {entry.name} has no published sha256 to check {src} against: {instead}")
@@ -277,12 +273,9 @@ def import_file(model: str | ModelEntry, src: Path, root: Path | None = None) ->
             raise ModelError(f"{src} has sha256 {actual}, expected {entry.sha256} for model {entry.name}")
         remember_verified(dest, actual)
         return dest
-    root.mkdir(parents=True, exist_ok=True)
     digest = hashlib.sha256()
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{entry.file}.", suffix=".import", dir=root)
-    tmp = Path(tmp_name)
-    try:
-        with os.fdopen(fd, "wb") as out, src.open("rb") as f:
+    with atomic_path(dest, suffix=".import") as tmp:
+        with tmp.open("wb") as out, src.open("rb") as f:
             while chunk := f.read(_CHUNK):
                 digest.update(chunk)
                 out.write(chunk)
@@ -291,9 +284,5 @@ def import_file(model: str | ModelEntry, src: Path, root: Path | None = None) ->
             raise ModelError(
                 f"{src} has sha256 {actual}, expected {entry.sha256} for model {entry.name}: wrong or damaged file"
             )
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, dest)
-    finally:
-        tmp.unlink(missing_ok=True)
     remember_verified(dest, actual)
     return dest

@@ -10,6 +10,7 @@ and says so with a `ModelError` so the caller can keep running items one at a ti
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Mapping
 from pathlib import Path
@@ -20,11 +21,15 @@ from onnx import TensorProto, numpy_helper
 
 from engines.atomic import atomic_path
 from engines.errors import ModelError
+from engines.model_files import ModelFiles
+from engines.onnx_io import fed_inputs, file_is_fixed_batch, first_line, load_onnx
 
 BATCH_DIM = "batch"
 VERIFY_BATCH = 3
 VERIFY_ATOL = 1e-5
 _SMALL_CONSTANT = 64
+
+log = logging.getLogger(__name__)
 
 
 def save_model_atomic(model: onnx.ModelProto, path: Path) -> Path:
@@ -32,6 +37,22 @@ def save_model_atomic(model: onnx.ModelProto, path: Path) -> Path:
     with atomic_path(path) as tmp:
         onnx.save_model(model, str(tmp))
     return Path(path)
+
+
+def rewrite_if_fixed_batch(files: ModelFiles) -> Path:
+    """The FP32 file to run `files.model` batched from: the model itself when its batch is free; for a graph
+    saved with a fixed batch of 1 (the real inswapper), its batch-dynamic rewrite, made and verified once and
+    cached at `files.dynamic`. A graph that cannot be rewritten runs from the model itself, item by item, and
+    the log says so."""
+    if files.dynamic.is_file():
+        return files.dynamic
+    if not file_is_fixed_batch(files.model):
+        return files.model
+    try:
+        return make_batch_dynamic(files.model, files.dynamic)
+    except ModelError as exc:
+        log.warning("%s keeps its fixed batch of 1 (%s): items run one by one", files.model.name, exc)
+        return files.model
 
 
 def make_batch_dynamic(
@@ -58,10 +79,10 @@ def make_batch_dynamic(
     """
     src = Path(src)
     dst = Path(dst)
-    model = _load(src)
+    model = load_onnx(src, f"rewrite {src}")
     graph = model.graph
     init_names = {init.name for init in graph.initializer}
-    feed_inputs = [inp for inp in graph.input if inp.name not in init_names]
+    feed_inputs = fed_inputs(model)
     had_value_info = len(graph.value_info) > 0
 
     for value in feed_inputs:
@@ -90,24 +111,9 @@ def make_batch_dynamic(
         try:
             onnx.checker.check_model(str(tmp), full_check=False)
         except onnx.checker.ValidationError as exc:
-            raise _cannot(src, f"the rewritten graph is invalid: {_first_line(exc)}") from exc
+            raise _cannot(src, f"the rewritten graph is invalid: {first_line(exc)}") from exc
         _verify(src, tmp, feed_inputs, verify_inputs)
     return dst
-
-
-def _load(src: Path) -> onnx.ModelProto:
-    if not src.is_file():
-        raise ModelError(f"cannot rewrite {src}: no such model file")
-    try:
-        return onnx.load(str(src))
-    except Exception as exc:  # protobuf raises several unrelated types on a corrupt file
-        raise ModelError(f"cannot rewrite {src}: not a readable ONNX model ({_first_line(exc)})") from exc
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    line = text.splitlines()[0] if text else type(exc).__name__
-    return line if len(line) <= 300 else line[:297] + "..."
 
 
 def _cannot(src: Path, reason: str) -> ModelError:
@@ -149,7 +155,7 @@ def _infer_skeleton(model: onnx.ModelProto, src: Path, *, strict: bool) -> dict[
     try:
         inferred = onnx.shape_inference.infer_shapes(skeleton, strict_mode=strict, data_prop=True)
     except Exception as exc:
-        raise _cannot(src, f"shape inference failed: {_first_line(exc)}") from exc
+        raise _cannot(src, f"shape inference failed: {first_line(exc)}") from exc
     values = [*inferred.graph.input, *inferred.graph.value_info, *inferred.graph.output]
     return {value.name: value for value in values}
 
@@ -346,12 +352,12 @@ def _verify(
     try:
         original = ort.InferenceSession(str(src), options, providers=providers)
     except Exception as exc:
-        raise ModelError(f"{src.name}: onnxruntime cannot load the original model ({_first_line(exc)})") from exc
+        raise ModelError(f"{src.name}: onnxruntime cannot load the original model ({first_line(exc)})") from exc
     try:
         rewritten = ort.InferenceSession(str(candidate), options, providers=providers)
         batched = rewritten.run(None, feeds)
     except Exception as exc:
-        raise _cannot(src, f"onnxruntime failed on a batch of {batch}: {_first_line(exc)}") from exc
+        raise _cannot(src, f"onnxruntime failed on a batch of {batch}: {first_line(exc)}") from exc
     output_names = [out.name for out in rewritten.get_outputs()]
 
     for item in range(batch):

@@ -12,7 +12,6 @@ downloads are only ever started by ``engines.fetch``.
 
 import hashlib
 import json
-import os
 import shutil
 import tempfile
 import threading
@@ -29,8 +28,9 @@ except ImportError:  # not on Windows: threads are still serialised
     fcntl = None  # type: ignore[assignment]
 
 from engines import registry
+from engines.atomic import replace_file, write_text_atomic
 from engines.errors import ModelError
-from engines.paths import model_dir
+from engines.model_files import ModelFiles
 from engines.registry import ModelEntry
 
 Status = Literal["missing", "present", "verified", "corrupt"]
@@ -99,15 +99,7 @@ def write_local_record(root: Path, record: LocalRecord) -> None:
         records = read_local_manifest(root)
         records[record.name] = record
         body = {"models": {name: asdict(rec) for name, rec in sorted(records.items())}}
-        fd, tmp = tempfile.mkstemp(prefix=f".{MANIFEST_NAME}.", dir=root)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                json.dump(body, f, indent=2)
-                f.write("\n")
-            os.chmod(tmp, 0o644)
-            os.replace(tmp, root / MANIFEST_NAME)
-        finally:
-            Path(tmp).unlink(missing_ok=True)
+        write_text_atomic(root / MANIFEST_NAME, json.dumps(body, indent=2) + "\n")
 
 
 def make_record(entry: ModelEntry, path: Path, sha256: str) -> LocalRecord:
@@ -201,14 +193,18 @@ PRODUCERS: dict[str, Callable[[Path], Path]] = {
 
 
 class ModelStore:
-    """Model files under one directory (``SWAPCAST_MODEL_DIR`` or the user cache by default)."""
+    """Model files under one directory, which the caller chooses (the app reads it from its settings)."""
 
-    def __init__(self, root: Path | None = None) -> None:
-        self.root = root if root is not None else model_dir()
+    def __init__(self, root: Path) -> None:
+        self.root = Path(root)
 
     def file_path(self, name: str) -> Path:
         """Where the model's file lives, whether or not it is there."""
         return self.root / registry.get_entry(name).file
+
+    def files(self, name: str) -> ModelFiles:
+        """The model's file and the files made from it (variants, rewrites, engines, caches)."""
+        return ModelFiles(self.file_path(name), self.expected(name)[0])
 
     def expected(self, name: str) -> tuple[str | None, int | None]:
         """The sha256 and size the file must have: the manifest's, else the local manifest's."""
@@ -290,8 +286,7 @@ class ModelStore:
             if entry.size is not None and size != entry.size:
                 raise ModelError(f"model {name} came out {size:,} bytes, expected {entry.size:,}")
             dest = self.root / entry.file
-            os.chmod(made, 0o644)  # writers that go through mkstemp leave 0600
-            os.replace(made, dest)
+            replace_file(made, dest)
         finally:
             shutil.rmtree(work, ignore_errors=True)
         write_local_record(self.root, make_record(entry, dest, sha256))

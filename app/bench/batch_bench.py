@@ -131,8 +131,7 @@ def _batched_stages(detector: RetinaFaceDetector, engine: InswapperEngine, setti
     )
 
 
-def run_batch_bench(config: BatchBenchConfig, store: ModelStore | None = None) -> dict[str, Any]:
-    store = store or ModelStore()
+def run_batch_bench(config: BatchBenchConfig, store: ModelStore) -> dict[str, Any]:
     still = load_sample("astronaut")
     detector = RetinaFaceDetector(OnnxModel(store.ensure("retinaface_mnet025"), threads=config.threads))
     (faces,) = detector.process([still])

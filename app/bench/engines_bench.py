@@ -36,7 +36,7 @@ from app.pipeline.detect import DetectorConfig, RetinaFaceDetector
 from app.pipeline.timing import percentiles_ms
 from app.runtime.onnx import OnnxModel
 from engines.precision.quality import compare_outputs
-from engines.precision.variants import check_variant, variant_path
+from engines.precision.variants import check_variant
 from engines.registry import get_entry
 from engines.store import ModelStore
 
@@ -123,12 +123,12 @@ def _inputs(store: ModelStore, name: str, runnable: Path, threads: int | None) -
 
 
 def bench_model(store: ModelStore, name: str, config: EnginesBenchConfig) -> list[dict[str, Any]]:
-    from app.commands.engines import make_fp16, make_int8, source_for
     from app.runtime.torch_backend import TorchModel
+    from app.variants import make_fp16, make_int8, source_for
 
     source = source_for(store, name)
     for precision, make in (("fp16", make_fp16), ("int8", make_int8)):
-        path = variant_path(source.original, precision)  # type: ignore[arg-type]
+        path = source.files.variant(precision)
         try:
             check_variant(path, source.sha256)
         except Exception:  # missing or stale: make it now
@@ -140,8 +140,8 @@ def bench_model(store: ModelStore, name: str, config: EnginesBenchConfig) -> lis
     rows = []
     candidates: list[tuple[str, str, Path, Any]] = [
         ("fp32", "onnxruntime", source.runnable, reference),
-        ("fp16", "onnxruntime", variant_path(source.original, "fp16"), None),
-        ("int8", "onnxruntime", variant_path(source.original, "int8"), None),
+        ("fp16", "onnxruntime", source.files.variant("fp16"), None),
+        ("int8", "onnxruntime", source.files.variant("int8"), None),
         ("fp32", "torch", source.runnable, None),
     ]
     for precision, backend, path, loaded in candidates:

@@ -174,8 +174,7 @@ def run_scenario(
     return summary
 
 
-def run_bench(config: BenchConfig, store: ModelStore | None = None) -> dict[str, Any]:
-    store = store or ModelStore()
+def run_bench(config: BenchConfig, store: ModelStore) -> dict[str, Any]:
     detector_path = store.ensure(config.detector_model)
     swapper_path = store.ensure(config.swapper_model)
     detector = RetinaFaceDetector(OnnxModel(detector_path, threads=config.threads), DetectorConfig())

@@ -12,11 +12,11 @@ def _commands() -> list[Register]:
     from app.commands import (
         bench,
         bench_batch,
+        bench_engines,
         bench_server,
         bench_upload,
         demo,
-        engine_tools,
-        engines,
+        engines_group,
         models,
         serve,
         swap,
@@ -27,11 +27,11 @@ def _commands() -> list[Register]:
         demo.register,
         swap.register,
         models.register,
-        engine_tools.register,
-        engines.register,  # after engine_tools: both add sub-commands to `swapcast engines`
+        engines_group.register,
         bench.register,
         bench_batch.register,
         bench_server.register,
+        bench_engines.register,
         bench_upload.register,
     ]
 

@@ -23,13 +23,23 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from app.commands.engines_group import engines_actions
+from app.commands.arguments import (
+    fractions,
+    non_negative_float,
+    non_negative_int,
+    open_fraction,
+    positive_float,
+    positive_int,
+    unit_fraction,
+)
 from app.errors import UserError
+from app.model_store import open_model_store
 
 if TYPE_CHECKING:
     from torch import nn
 
     from engines.distill import DistillConfig, SourceImage, SRSet
+    from engines.store import ModelStore
     from engines.swap_student import AlignedCrop
 
 log = logging.getLogger(__name__)
@@ -38,18 +48,16 @@ DEFAULT_TEACHER = "realesrgan_x4plus"
 DEFAULT_HELDOUT = "astronaut,tom_hanks"
 
 
-def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    actions = engines_actions(sub)
-
+def add_commands(actions: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     ds = actions.add_parser("dataset", help="face crops, degraded inputs and cached teacher outputs")
     ds.add_argument("--out", type=Path, required=True, help="folder for train.npz, heldout.npz, scan.npz")
     ds.add_argument("--teacher", default=DEFAULT_TEACHER, help="model name or ONNX file (default %(default)s)")
     ds.add_argument("--photos", default=None, help="comma list of sample photos (default: all available)")
     ds.add_argument("--heldout", default=DEFAULT_HELDOUT, help="photos kept for evaluation (default %(default)s)")
-    ds.add_argument("--lr-size", type=int, default=24, help="low-resolution crop side in pixels (default 24)")
-    ds.add_argument("--train-count", type=int, default=192)
-    ds.add_argument("--heldout-count", type=int, default=24)
-    ds.add_argument("--scan-count", type=int, default=8, help="extra held-out crops for the pruning scan")
+    ds.add_argument("--lr-size", type=positive_int, default=24, help="low-resolution crop side in pixels (default 24)")
+    ds.add_argument("--train-count", type=positive_int, default=192)
+    ds.add_argument("--heldout-count", type=positive_int, default=24)
+    ds.add_argument("--scan-count", type=positive_int, default=8, help="extra held-out crops for the pruning scan")
     _common(ds)
     ds.set_defaults(func=run_dataset)
 
@@ -58,11 +66,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     pr.add_argument("--out", type=Path, required=True)
     pr.add_argument("--model", default=DEFAULT_TEACHER, help="model name or ONNX file (default %(default)s)")
     pr.add_argument("--name", default=None, help="output file stem (default MODEL_pruned)")
-    pr.add_argument("--target", type=float, default=0.3, help="fraction of the budget to remove (default 0.3)")
+    pr.add_argument("--target", type=open_fraction, default=0.3, help="fraction of the budget to remove (default 0.3)")
     pr.add_argument("--budget", choices=("channels", "params", "macs"), default="channels")
-    pr.add_argument("--ratios", default="0.25,0.5,0.75", help="ratios the scan tries per layer")
+    pr.add_argument("--ratios", type=fractions, default=(0.25, 0.5, 0.75), help="ratios the scan tries per layer")
     pr.add_argument("--no-compensate", action="store_true", help="no bias compensation for removed channels")
-    pr.add_argument("--finetune-steps", type=int, default=0, help="distilled fine-tune from the unpruned model")
+    pr.add_argument(
+        "--finetune-steps", type=non_negative_int, default=0, help="distilled fine-tune from the unpruned model"
+    )
     _training(pr, batch=4, lr=5e-5)
     _common(pr)
     pr.set_defaults(func=run_prune)
@@ -82,9 +92,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     sw.add_argument("--out", type=Path, required=True)
     sw.add_argument("--teacher", default="reference_swapper_narrow", help="model name or ONNX file")
     sw.add_argument("--name", default="swap_student")
-    sw.add_argument("--divisor", type=int, default=2, help="student widths = teacher widths / DIVISOR")
-    sw.add_argument("--blocks", type=int, default=None, help="style blocks (default: the teacher's)")
-    sw.add_argument("--count", type=int, default=96, help="augmented training crops")
+    sw.add_argument("--divisor", type=positive_int, default=2, help="student widths = teacher widths / DIVISOR")
+    sw.add_argument("--blocks", type=positive_int, default=None, help="style blocks (default: the teacher's)")
+    sw.add_argument("--count", type=positive_int, default=96, help="augmented training crops")
     sw.add_argument("--heldout", default="astronaut", help="photos kept for evaluation (default %(default)s)")
     _training(sw, batch=4, lr=1e-3, alpha=0.0)
     _common(sw)
@@ -95,34 +105,36 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     rp.add_argument("--out", type=Path, required=True)
     rp.add_argument("--teacher", default=DEFAULT_TEACHER, help="model name or ONNX file")
     rp.add_argument("--variant", action="append", default=[], metavar="NAME=FILE", help="repeat for each variant")
-    rp.add_argument("--size", type=int, default=64, help="input side for GMAC and latency (default 64)")
-    rp.add_argument("--runs", type=int, default=5, help="timed runs per model (default 5)")
-    rp.add_argument("--grid", type=int, default=4, help="faces in the PNG grid (default 4)")
+    rp.add_argument("--size", type=positive_int, default=64, help="input side for GMAC and latency (default 64)")
+    rp.add_argument("--runs", type=positive_int, default=5, help="timed runs per model (default 5)")
+    rp.add_argument("--grid", type=positive_int, default=4, help="faces in the PNG grid (default 4)")
     rp.add_argument("--notes", default="", help="text appended to the markdown report")
     _common(rp)
     rp.set_defaults(func=run_report)
 
 
 def _common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--threads", type=int, default=2, help="CPU threads for torch and ONNX Runtime (default 2)")
+    p.add_argument("--seed", type=non_negative_int, default=0)
+    p.add_argument("--threads", type=positive_int, default=2, help="CPU threads for torch and ONNX Runtime (default 2)")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
 
 
 def _training(p: argparse.ArgumentParser, *, batch: int, lr: float, alpha: float = 0.3) -> None:
-    p.add_argument("--steps", type=int, default=500, help="training steps (default 500)")
-    p.add_argument("--batch", type=int, default=batch, help=f"crops per step (default {batch})")
-    p.add_argument("--lr", type=float, default=lr, help=f"Adam learning rate (default {lr:g})")
-    p.add_argument("--alpha", type=float, default=alpha, help=f"weight of the ground-truth term (default {alpha:g})")
-    p.add_argument("--edge-weight", type=float, default=0.5, help="weight of the Sobel term (default 0.5)")
-    p.add_argument("--checkpoint-every", type=int, default=50)
+    p.add_argument("--steps", type=positive_int, default=500, help="training steps (default 500)")
+    p.add_argument("--batch", type=positive_int, default=batch, help=f"crops per step (default {batch})")
+    p.add_argument("--lr", type=positive_float, default=lr, help=f"Adam learning rate (default {lr:g})")
+    p.add_argument(
+        "--alpha", type=unit_fraction, default=alpha, help=f"weight of the ground-truth term (default {alpha:g})"
+    )
+    p.add_argument("--edge-weight", type=non_negative_float, default=0.5, help="weight of the Sobel term (default 0.5)")
+    p.add_argument("--checkpoint-every", type=positive_int, default=50)
     p.add_argument("--no-resume", action="store_true", help="ignore a checkpoint left in the output folder")
 
 
 # -- helpers --------------------------------------------------------------------------------------------
 
 
-def model_path(spec: str) -> Path:
+def model_path(spec: str, store: ModelStore) -> Path:
     """An ONNX file given by path, or a model the store imports or builds."""
     path = Path(spec).expanduser()
     if path.suffix == ".onnx" or path.exists():
@@ -130,10 +142,9 @@ def model_path(spec: str) -> Path:
             raise UserError(f"model file {path} does not exist")
         return path
     from engines.registry import get_entry
-    from engines.store import ModelStore
 
     get_entry(spec)  # a clear error for an unknown name
-    return ModelStore().ensure(spec)
+    return store.ensure(spec)
 
 
 def _names(text: str) -> list[str]:
@@ -162,23 +173,22 @@ def _photos(names: list[str] | None) -> dict[str, np.ndarray]:
     return {name: np.ascontiguousarray(load_sample(name)[:, :, ::-1]) for name in wanted}
 
 
-def _detect(photos: dict[str, np.ndarray], threads: int) -> dict[str, list[Any]]:
+def _detect(photos: dict[str, np.ndarray], threads: int, store: ModelStore) -> dict[str, list[Any]]:
     """Faces (app.pipeline.types.Face) found in each RGB photo."""
     from app.pipeline.detect import DetectorConfig, RetinaFaceDetector
     from app.runtime.onnx import OnnxModel
-    from engines.store import ModelStore
 
-    model = OnnxModel(ModelStore().ensure("retinaface_mnet025"), threads=threads)
+    model = OnnxModel(store.ensure("retinaface_mnet025"), threads=threads)
     detector = RetinaFaceDetector(model, DetectorConfig(refine_landmarks=True))
     return {name: detector.process([np.ascontiguousarray(rgb[:, :, ::-1])])[0] for name, rgb in photos.items()}
 
 
-def face_sources(photos: dict[str, np.ndarray], threads: int) -> list[SourceImage]:
+def face_sources(photos: dict[str, np.ndarray], threads: int, store: ModelStore) -> list[SourceImage]:
     """The photos with their face boxes; a photo where no face is found (a tight crop such as the Tom Hanks
     sample) counts as one face filling the frame."""
     from engines.distill import SourceImage
 
-    found = _detect(photos, threads)
+    found = _detect(photos, threads, store)
     sources = []
     for name, rgb in photos.items():
         boxes = tuple(tuple(float(v) for v in face.box) for face in found[name])
@@ -189,13 +199,13 @@ def face_sources(photos: dict[str, np.ndarray], threads: int) -> list[SourceImag
     return sources
 
 
-def aligned_crops(photos: dict[str, np.ndarray], threads: int) -> list[AlignedCrop]:
+def aligned_crops(photos: dict[str, np.ndarray], threads: int, store: ModelStore) -> list[AlignedCrop]:
     """arcface_128 crops (RGB) of every face found in the photos."""
     from app.pipeline.align import AlignSpec, estimate_matrix, warp_crop
     from engines.swap_student import AlignedCrop
 
     spec = AlignSpec("arcface_128", 128)
-    found = _detect(photos, threads)
+    found = _detect(photos, threads, store)
     crops = []
     for name, rgb in photos.items():
         bgr = np.ascontiguousarray(rgb[:, :, ::-1])
@@ -218,10 +228,6 @@ def _scale_of(path: Path, threads: int) -> int:
 def _config(args: argparse.Namespace) -> DistillConfig:
     from engines.distill import DistillConfig
 
-    if args.steps < 1 or args.batch < 1 or args.checkpoint_every < 1:
-        raise UserError("--steps, --batch and --checkpoint-every must be at least 1")
-    if not 0.0 <= args.alpha <= 1.0:
-        raise UserError("--alpha must be between 0 and 1")
     return DistillConfig(
         steps=args.steps,
         batch=args.batch,
@@ -267,8 +273,6 @@ def _set_threads(threads: int) -> None:
     _passive_openmp()
     import torch
 
-    if threads < 1:
-        raise UserError("--threads must be at least 1")
     torch.set_num_threads(threads)
 
 
@@ -279,10 +283,11 @@ def run_dataset(args: argparse.Namespace) -> int:
     _passive_openmp()
     from engines.distill import Augment, Degradation, make_sr_set, run_teacher, save_set, split_by_image
 
-    teacher = model_path(args.teacher)
+    store = open_model_store()
+    teacher = model_path(args.teacher, store)
     scale = _scale_of(teacher, args.threads)
     photos = _photos(_names(args.photos) if args.photos else None)
-    sources = face_sources(photos, args.threads)
+    sources = face_sources(photos, args.threads, store)
     train_photos, heldout_photos = split_by_image(sources, _names(args.heldout))
     progress = not args.no_progress
     common = {"lr_size": args.lr_size, "scale": scale}
@@ -324,15 +329,10 @@ def run_prune(args: argparse.Namespace) -> int:
     from engines.torchnets import load_onnx_net
 
     _set_threads(args.threads)
-    source = model_path(args.model)
+    source = model_path(args.model, open_model_store())
     meta = _read_json(args.data / "dataset.json")
     train, scan = _load_data(args.data, "train"), _load_data(args.data, "scan")
-    try:
-        ratios = tuple(float(r) for r in _names(args.ratios))
-    except ValueError:
-        raise UserError("--ratios takes a comma list of fractions, e.g. 0.25,0.5,0.75") from None
-    if not ratios or not all(0 < r < 1 for r in ratios) or not 0 < args.target < 1:
-        raise UserError("--ratios and --target must be fractions between 0 and 1")
+    ratios: tuple[float, ...] = args.ratios
     net = load_onnx_net(source)
     progress = not args.no_progress
     result = prune_network(
@@ -411,7 +411,7 @@ def _student(args: argparse.Namespace, scale: int) -> nn.Module:
     torch.manual_seed(args.seed)
     net = SRVGG(SRVGGSpec.compact(feat, convs, shuffle=scale))
     if args.init:
-        init = SRVGG.from_onnx(model_path(args.init))
+        init = SRVGG.from_onnx(model_path(args.init, open_model_store()))
         if init.spec != net.spec:
             raise UserError(f"--init {args.init} is an SRVGG of another shape ({init.spec}) than {net.spec}")
         net = init
@@ -474,9 +474,10 @@ def run_distill_swap(args: argparse.Namespace) -> int:
     )
 
     _set_threads(args.threads)
-    teacher = model_path(args.teacher)
+    store = open_model_store()
+    teacher = model_path(args.teacher, store)
     heldout_names = set(_names(args.heldout))
-    crops = aligned_crops(_photos(None), args.threads)
+    crops = aligned_crops(_photos(None), args.threads, store)
     train = [c for c in crops if c.image_id not in heldout_names]
     test = [c for c in crops if c.image_id in heldout_names]
     if not train or not test:
@@ -520,7 +521,8 @@ def run_report(args: argparse.Namespace) -> int:
 
     meta = _read_json(args.data / "dataset.json")
     heldout = _load_data(args.data, "heldout")
-    teacher = model_path(args.teacher)
+    store = open_model_store()
+    teacher = model_path(args.teacher, store)
     if Path(meta["teacher"]).name != teacher.name:
         heldout.teacher = None  # cached outputs belong to another teacher: run this one
     variants = []
@@ -528,7 +530,7 @@ def run_report(args: argparse.Namespace) -> int:
         name, sep, file = item.partition("=")
         if not sep or not name or not file:
             raise UserError(f"--variant takes NAME=FILE, got {item!r}")
-        variants.append(Variant(name, model_path(file)))
+        variants.append(Variant(name, model_path(file, store)))
     report = build_report(
         heldout,
         Variant(teacher.stem, teacher),

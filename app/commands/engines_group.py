@@ -1,18 +1,14 @@
-"""`swapcast engines`: one command whose sub-commands come from several modules (precision variants and
-TensorRT; pruning, distillation and reports). The first module to register creates it, the others join."""
+"""`swapcast engines`: the one command group for making model variants. This module owns the group; the
+sub-commands come from `variant_commands` (FP16/INT8 variants, TensorRT plans) and `engine_tools` (pruning,
+distillation, reports)."""
 
 import argparse
 
+from app.commands import engine_tools, variant_commands
 
-def engines_actions(
-    sub: "argparse._SubParsersAction[argparse.ArgumentParser]",
-) -> "argparse._SubParsersAction[argparse.ArgumentParser]":
-    existing = sub.choices.get("engines")
-    if existing is None:
-        parser = sub.add_parser("engines", help="model variants: FP16/INT8, TensorRT, pruning, distillation, reports")
-        return parser.add_subparsers(dest="engines_command", required=True)
-    for action in existing._actions:
-        if isinstance(action, argparse._SubParsersAction):
-            action.metavar = None  # the usage line lists every sub-command, theirs and these
-            return action
-    raise RuntimeError("`swapcast engines` exists without sub-commands to join")
+
+def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
+    parser = sub.add_parser("engines", help="model variants: FP16/INT8, TensorRT, pruning, distillation, reports")
+    actions = parser.add_subparsers(dest="engines_command", required=True)
+    variant_commands.add_commands(actions)
+    engine_tools.add_commands(actions)

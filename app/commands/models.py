@@ -12,7 +12,9 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from app.commands.arguments import non_negative_int
 from app.errors import ModelError, UserError
+from app.model_store import open_model_store
 from engines import registry
 from engines.fetch import fetch, import_file
 from engines.registry import ModelEntry
@@ -34,7 +36,9 @@ def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None
 
     get = actions.add_parser("fetch", help="download models (checked against their published sha256)")
     get.add_argument("names", nargs="+", metavar="NAME")
-    get.add_argument("--retries", type=int, default=4, help="attempts per mirror after the first (default 4)")
+    get.add_argument(
+        "--retries", type=non_negative_int, default=4, help="attempts per mirror after the first (default 4)"
+    )
     get.add_argument("--no-progress", action="store_true", help="no progress bar")
     get.set_defaults(func=run_fetch)
 
@@ -87,7 +91,7 @@ def _row(entry: ModelEntry, store: ModelStore, recorded: dict[str, int]) -> dict
 
 
 def run_list(args: argparse.Namespace) -> int:
-    store = ModelStore()
+    store = open_model_store()
     recorded = {name: rec.size for name, rec in read_local_manifest(store.root).items()}
     rows = [_row(entry, store, recorded) for entry in registry.entries()]
     if args.variants:
@@ -111,17 +115,17 @@ def run_list(args: argparse.Namespace) -> int:
 
 def _variants(name: str, store: ModelStore) -> list[dict[str, Any]]:
     """The files that can run a verified ONNX model, and which one SWAPCAST_BACKEND/PRECISION pick."""
-    from app.pipeline.factory import dynamic_path
     from app.runtime.backend import list_variants
     from app.settings import PipelineSettings
 
     if store.status(name) != "verified" or store.file_path(name).suffix != ".onnx":
         return []
     settings = PipelineSettings()
-    dynamic = dynamic_path(store, name)
+    files = store.files(name)
+    dynamic = files.dynamic
     found = list_variants(
-        store.file_path(name),
-        store.expected(name)[0],
+        files.model,
+        files.sha256,
         settings.backend,
         settings.precision,
         runs_from=dynamic if dynamic.is_file() else None,
@@ -135,7 +139,7 @@ def _entries(names: list[str]) -> list[ModelEntry]:
 
 
 def run_fetch(args: argparse.Namespace) -> int:
-    store = ModelStore()
+    store = open_model_store()
     for entry in _entries(args.names):
         if entry.source != "download":
             path = store.ensure(entry.name)  # imports and builds need no network
@@ -144,13 +148,13 @@ def run_fetch(args: argparse.Namespace) -> int:
         if store.status(entry.name) == "verified":
             print(f"{entry.name}: already present and verified at {store.file_path(entry.name)}")
             continue
-        path = fetch(entry.name, store.root, retries=max(0, args.retries), progress=not args.no_progress)
+        path = fetch(entry.name, store.root, retries=args.retries, progress=not args.no_progress)
         print(f"{entry.name}: {path}")
     return 0
 
 
 def run_import(args: argparse.Namespace) -> int:
-    store = ModelStore()
+    store = open_model_store()
     if args.src is not None:
         if len(args.names) != 1:
             raise UserError("`models import --from FILE` takes exactly one model NAME")
@@ -181,7 +185,7 @@ def run_import(args: argparse.Namespace) -> int:
 
 
 def run_build(args: argparse.Namespace) -> int:
-    store = ModelStore()
+    store = open_model_store()
     names = ["reference_swapper_narrow", "reference_recognizer"]
     if args.full:
         names.append("reference_swapper_full")

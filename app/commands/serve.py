@@ -2,7 +2,6 @@
 
 import argparse
 import logging
-import os
 import signal
 import socket
 import sys
@@ -11,54 +10,40 @@ from typing import TYPE_CHECKING
 
 from pydantic import ValidationError
 
+from app.commands.arguments import port, positive_int
 from app.errors import UserError
+from app.names import SWAP_ENGINE_CHOICES
 
 if TYPE_CHECKING:
     from app.server.settings import ServerSettings
 
-ENGINES = ("auto", "classic", "inswapper", "passthrough")
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
 def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
     p = sub.add_parser("serve", help="run the streaming server (web page, WebRTC, RTSP for OBS)")
     p.add_argument("--host", default=None, help="address to listen on (default 127.0.0.1; 0.0.0.0 for all)")
-    p.add_argument("--port", type=int, default=None, help="HTTP port (default 8000; 0 picks a free one)")
-    p.add_argument("--rtsp-port", type=int, default=None, help="RTSP port (default 8554)")
+    p.add_argument("--port", type=port, default=None, help="HTTP port (default 8000; 0 picks a free one)")
+    p.add_argument("--rtsp-port", type=port, default=None, help="RTSP port (default 8554)")
     p.add_argument("--no-rtsp", action="store_true", help="do not start the RTSP output")
     p.add_argument("--public-host", default=None, help="host name to put in printed and returned URLs")
     p.add_argument(
         "--engine",
+        choices=SWAP_ENGINE_CHOICES,
         default=None,
-        help="classic, inswapper, passthrough, or auto: inswapper when its weights are present, else classic",
+        help="swap engine (default SWAPCAST_ENGINE, else auto: inswapper when its weights are present, else classic)",
     )
     p.add_argument("--identity-dir", type=Path, default=None, help="where identities are stored")
-    p.add_argument("--max-sessions", type=int, default=None, help="concurrent WebRTC sessions (default 4)")
+    p.add_argument("--max-sessions", type=positive_int, default=None, help="concurrent WebRTC sessions (default 4)")
     p.add_argument("--allow-file-sources", action="store_true", help="let /v1/streams read local video files")
     p.set_defaults(func=run)
 
 
-def choose_engine(requested: str | None, swapper_model: str, recognizer_model: str) -> str:
-    """The engine to run: as asked, from SWAPCAST_ENGINE, or inswapper when its weights are on disk, else classic."""
-    if requested is None:
-        requested = os.environ.get("SWAPCAST_ENGINE", "auto")
-    if requested not in ENGINES:
-        raise UserError(f"unknown engine {requested!r}; choose one of: {', '.join(ENGINES)}")
-    if requested != "auto":
-        return requested
-    from engines.store import ModelStore
-
-    store = ModelStore()
-    try:
-        present = all(store.file_path(name).is_file() for name in (swapper_model, recognizer_model))
-    except Exception:  # an unknown model name: not present
-        present = False
-    return "inswapper" if present else "classic"
-
-
 def build_settings(args: argparse.Namespace) -> "ServerSettings":
+    """Server settings from the environment and the command line. The server's swap engine defaults to `auto`
+    (not the pipeline's `classic`) and is resolved here, so the banner names the engine that runs."""
+    from app.model_store import open_model_store, resolve_swap_engine
     from app.server.settings import ServerSettings
-    from app.settings import PipelineSettings
 
     overrides: dict[str, object] = {
         "host": args.host,
@@ -74,10 +59,12 @@ def build_settings(args: argparse.Namespace) -> "ServerSettings":
     if args.allow_file_sources:
         values["allow_file_sources"] = True
     try:
-        pipeline = PipelineSettings()
-        engine = choose_engine(args.engine, pipeline.swapper_model, pipeline.recognizer_model)
-        values["pipeline"] = pipeline.model_copy(update={"engine": engine})
-        return ServerSettings.model_validate(values)
+        settings = ServerSettings.model_validate(values)
+        pipeline = settings.pipeline
+        requested = args.engine or ("auto" if "engine" not in pipeline.model_fields_set else pipeline.engine)
+        pipeline = pipeline.model_copy(update={"engine": requested})
+        swap_engine = resolve_swap_engine(pipeline, open_model_store(settings.models))
+        return settings.model_copy(update={"pipeline": pipeline.model_copy(update={"engine": swap_engine})})
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(part) for part in first["loc"])
@@ -108,8 +95,8 @@ def run(args: argparse.Namespace) -> int:
     sock = listen(settings.host, settings.port)
     port = sock.getsockname()[1]
     base = f"http://{_url_host(settings.url_host())}:{port}"
-    engine = settings.pipeline.engine
-    engine_note = "" if engine != "classic" else " (no swap weights: the texture fallback, see `swapcast models`)"
+    swap_engine = settings.pipeline.engine
+    engine_note = "" if swap_engine != "classic" else " (no swap weights: the texture fallback, see `swapcast models`)"
     announced: set[str] = set()
 
     def announce(state: ServerState) -> None:
@@ -124,7 +111,7 @@ def run(args: argparse.Namespace) -> int:
             print(f"  page        {base}/", flush=True)
             print(f"  API docs    {base}/docs", flush=True)
             print(f"  RTSP        {rtsp}", flush=True)
-            print(f"  engine      {engine}{engine_note}", flush=True)
+            print(f"  engine      {swap_engine}{engine_note}", flush=True)
             print(f"  identities  {settings.identity_dir}", flush=True)
             print("  loading models; /readyz answers 200 once they are warm", flush=True)
         if state.ready and "ready" not in announced:

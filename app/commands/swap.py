@@ -1,18 +1,14 @@
-"""`swapcast swap`: swap a face into an image or a video file."""
+"""`swapcast swap`: swap a face into an image or a video file (the job itself is `app.swap_job`)."""
 
 import argparse
-import os
 from pathlib import Path
 
 from pydantic import ValidationError
 
+from app.commands.arguments import int_between, non_negative_int, positive_int, unit_fraction
 from app.errors import UserError
-from app.pipeline.types import Image
+from app.names import SWAP_ENGINE_CHOICES
 from app.settings import PipelineSettings
-
-IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".webp", ".bmp"}
-VIDEO_SUFFIXES = {".mp4", ".mkv", ".mov", ".avi", ".webm", ".m4v"}
-ENGINES = ("classic", "inswapper", "passthrough")
 
 
 def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
@@ -20,22 +16,32 @@ def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None
     p.add_argument("--source", required=True, type=Path, help="photo of the face to put in")
     p.add_argument("--target", required=True, type=Path, help="image or video to change")
     p.add_argument("--output", required=True, type=Path, help="where to write the result")
-    p.add_argument("--engine", default="classic", help=f"swap engine: {', '.join(ENGINES)} (default classic)")
+    p.add_argument(
+        "--engine",
+        choices=SWAP_ENGINE_CHOICES,
+        default=None,
+        help="swap engine (default SWAPCAST_ENGINE, else classic; auto: inswapper when its weights are present)",
+    )
     p.add_argument("--swapper-model", default=None, help="registry name of the inswapper-contract model")
     p.add_argument("--recognizer-model", default=None, help="registry name of the ArcFace-contract model")
     p.add_argument("--enhancer", default=None, help="registry name of a Real-ESRGAN model, or 'none'")
-    p.add_argument("--enhance-blend", type=float, default=None, help="0..1, share of the super-resolved face")
+    p.add_argument("--enhance-blend", type=unit_fraction, default=None, help="0..1, share of the super-resolved face")
     p.add_argument("--faces", choices=("all", "largest"), default=None, help="which target faces to swap")
-    p.add_argument("--source-face", type=int, default=None, help="index of the face in the source photo")
-    p.add_argument("--detect-interval", type=int, default=None, help="detect every K frames, track between")
-    p.add_argument("--batch-size", type=int, default=4, help="frames per pipeline call (video)")
+    p.add_argument(
+        "--source-face",
+        type=non_negative_int,
+        default=None,
+        help="index of the face in the source photo (default: largest)",
+    )
+    p.add_argument(
+        "--detect-interval", type=int_between(1, 60), default=None, help="detect every K frames, track between"
+    )
+    p.add_argument("--batch-size", type=positive_int, default=4, help="frames per pipeline call (video)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=run)
 
 
 def _settings(args: argparse.Namespace) -> PipelineSettings:
-    if args.engine not in ENGINES:
-        raise UserError(f"unknown engine {args.engine!r}; choose one of: {', '.join(ENGINES)}")
     overrides = {
         "engine": args.engine,
         "swapper_model": args.swapper_model,
@@ -54,76 +60,20 @@ def _settings(args: argparse.Namespace) -> PipelineSettings:
         raise UserError(f"invalid option {first['loc'][0]}: {first['msg']}") from None
 
 
-def _check_paths(source: Path, target: Path, output: Path) -> str:
-    if not source.is_file():
-        raise UserError(f"source image not found: {source}")
-    if not target.is_file():
-        raise UserError(f"target not found: {target}")
-    kind = "image" if target.suffix.lower() in IMAGE_SUFFIXES else "video"
-    wanted = IMAGE_SUFFIXES if kind == "image" else VIDEO_SUFFIXES
-    if output.suffix.lower() not in wanted:
-        raise UserError(f"output {output} must end in one of {', '.join(sorted(wanted))} for a {kind} target")
-    directory = output.parent if str(output.parent) else Path(".")
-    if not directory.is_dir():
-        raise UserError(f"output directory does not exist: {directory}")
-    if not os.access(directory, os.W_OK):
-        raise UserError(f"output directory is not writable: {directory}")
-    if output.resolve() == target.resolve():
-        raise UserError("output must not overwrite the target")
-    return kind
-
-
 def run(args: argparse.Namespace) -> int:
-    _check_paths(args.source, args.target, args.output)
-    settings = _settings(args)
-    if args.batch_size < 1:
-        raise UserError("--batch-size must be at least 1")
+    from app.model_store import open_model_store
+    from app.swap_job import check_paths, swap_file
+
+    check_paths(args.source, args.target, args.output)
     message = swap_file(
         args.source,
         args.target,
         args.output,
-        settings,
+        _settings(args),
+        open_model_store(),
         source_face=args.source_face,
         batch_size=args.batch_size,
         progress=not args.no_progress,
     )
     print(message)
     return 0
-
-
-def swap_file(
-    source_path: Path,
-    target: Path,
-    output: Path,
-    settings: PipelineSettings,
-    *,
-    source_face: int | None = None,
-    batch_size: int = 4,
-    progress: bool = True,
-) -> str:
-    """Swap the face of `source_path` into an image or video `target`, writing `output` atomically."""
-    kind = _check_paths(source_path, target, output)
-    from app.media.video_file import probe, read_image, transcode, write_image
-    from app.pipeline.factory import build_pipeline
-
-    source_image = read_image(source_path)
-    if kind == "video":
-        probe(target)  # a corrupt or non-video target fails here, before models load
-    else:
-        target_image = read_image(target)
-    pipeline = build_pipeline(settings)
-    source = pipeline.prepare_source(source_image, source_face)
-
-    if kind == "image":
-        result = pipeline.swap_image(target_image, source)
-        write_image(output, result.image)
-        return f"swapped {len(result.faces)} face(s) -> {output}"
-
-    tracker = pipeline.new_stream()
-
-    def process(frames: list[Image]) -> list[Image]:
-        return [r.image for r in pipeline.process(frames, source, tracker)]
-
-    stats = transcode(target, output, process, batch_size=batch_size, progress=progress)
-    audio = "audio copied" if stats.audio_copied else ("audio re-encoded" if stats.audio_reencoded else "no audio")
-    return f"{stats.frames} frames at {stats.fps:.1f} fps, {audio} -> {output}"

@@ -3,14 +3,14 @@
 Each identity is a directory named by its id holding the photo (a PNG of its decoded pixels, never the uploaded
 bytes; identities stored before that keep their upload), `meta.json`, a small
 `thumb.jpg` of the chosen face and, under `prepared/`, one `.npy` per swap model it was prepared for (keyed by
-the engine's model_key). A directory appears only once complete (written aside, then renamed into place).
+the engine's model_key). A directory appears only once complete (written aside, flushed to disk, then renamed
+into place).
 `load_prepared` is the loader for `IdentityCache`: it reads the stored preparation for a model, or prepares the
 stored photo again when the model changed.
 """
 
 import hashlib
 import json
-import os
 import re
 import secrets
 import shutil
@@ -29,6 +29,7 @@ from app.identity.quota import Usage
 from app.identity.validate import DamagedIdentity, PreparedSpec, check_directory, check_prepared, read_identity
 from app.pipeline.swap import PreparedSource
 from app.pipeline.types import Image
+from engines.atomic import atomic_path, rename_durably, replace_dir
 
 ID_PATTERN = re.compile(r"^[0-9a-f]{32}$")
 _META = "meta.json"
@@ -132,7 +133,7 @@ class IdentityStore:
             (staging / _PREPARED).mkdir()
             _save_array(staging / _PREPARED / prepared_file_name(prepared.model_key), prepared.data)
             (staging / _META).write_text(json.dumps(asdict(identity), indent=1), encoding="utf-8")
-            os.replace(staging, self.root / identity.id)
+            replace_dir(staging, self.root / identity.id)
         except BaseException:
             shutil.rmtree(staging, ignore_errors=True)
             raise
@@ -168,7 +169,7 @@ class IdentityStore:
         directory = self._dir(identity_id)
         trash = self.root / f".trash-{identity_id}-{secrets.token_hex(4)}"
         try:
-            os.replace(directory, trash)
+            rename_durably(directory, trash)
         except FileNotFoundError:
             raise IdentityNotFound(identity_id) from None
         shutil.rmtree(trash, ignore_errors=True)
@@ -251,7 +252,5 @@ class IdentityStore:
 
 
 def _save_array(path: Path, data: np.ndarray) -> None:
-    tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
-    with tmp.open("wb") as f:
+    with atomic_path(path) as tmp, tmp.open("wb") as f:
         np.save(f, np.ascontiguousarray(data), allow_pickle=False)
-    os.replace(tmp, path)

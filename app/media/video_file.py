@@ -28,6 +28,7 @@ from tqdm import tqdm
 
 from app.errors import UserError
 from app.pipeline.types import Image
+from engines.atomic import replace_file
 
 log = logging.getLogger(__name__)
 
@@ -116,7 +117,8 @@ def check_writable_destination(dst: Path) -> None:
 
 @contextmanager
 def atomic_output(dst: Path) -> Iterator[Path]:
-    """Yield a temporary path beside `dst`; rename it onto `dst` on success, delete it on any failure.
+    """Yield a temporary path beside `dst`; flush and rename it onto `dst` on success (engines.atomic), delete
+    it on any failure.
 
     The temporary name keeps `dst`'s suffix so that writers which pick a format by the name still
     do. The file is created with the usual permissions (0666 less the umask).
@@ -129,7 +131,7 @@ def atomic_output(dst: Path) -> Iterator[Path]:
     os.close(fd)
     try:
         yield tmp
-        os.replace(tmp, dst)
+        replace_file(tmp, dst)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise

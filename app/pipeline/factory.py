@@ -1,12 +1,11 @@
 """Builds a FramePipeline from settings and the model store, checking every model once at load time."""
 
-import logging
 from dataclasses import replace
 from pathlib import Path
 
 from prometheus_client import CollectorRegistry
 
-from app.errors import ModelError
+from app.model_store import resolve_swap_engine
 from app.pipeline.batching import BatchedStage, BatchSettings
 from app.pipeline.detect import DetectorConfig, RetinaFaceDetector
 from app.pipeline.enhance import EnhanceConfig, RealEsrganEnhancer
@@ -20,11 +19,9 @@ from app.pipeline.types import Image
 from app.runtime.backend import load_backend
 from app.runtime.model import Model
 from app.settings import BatchingSettings, PipelineSettings
-from engines.onnx_batch import make_batch_dynamic
+from engines.onnx_batch import rewrite_if_fixed_batch
 from engines.registry import get_entry
 from engines.store import ModelStore
-
-log = logging.getLogger(__name__)
 
 
 def load_model(store: ModelStore, name: str, settings: PipelineSettings) -> Model:
@@ -39,63 +36,51 @@ def _load(path: Path, settings: PipelineSettings, *, source: Path, source_sha256
     )
 
 
-def dynamic_path(store: ModelStore, name: str) -> Path:
-    """Where the batch-dynamic rewrite of a fixed-batch model is cached, beside the model."""
-    original = store.file_path(name)
-    sha256, _ = store.expected(name)
-    return original.with_name(f"{original.stem}.{(sha256 or 'local')[:12]}.dynamic.onnx")
-
-
 def load_batchable(store: ModelStore, name: str, settings: PipelineSettings) -> Model:
     """The model with a dynamic batch dimension. Graphs saved with a fixed batch of 1 (the real inswapper)
-    are rewritten once, verified item by item against the original, and cached beside it; a graph that
-    cannot be rewritten runs item by item, and the log says so once."""
+    run from their batch-dynamic rewrite (engines.onnx_batch.rewrite_if_fixed_batch); a graph that cannot
+    be rewritten runs item by item, and the log says so once."""
     model = load_model(store, name, settings)
-    original = store.ensure(name)
-    if not model.fixed_batch or model.path != original:  # variants and engines are made batch-dynamic
+    files = store.files(name)
+    if not model.fixed_batch or model.path != files.model:  # variants and engines are made batch-dynamic
         return model
-    sha256, _ = store.expected(name)
-    dynamic = dynamic_path(store, name)
-    if not dynamic.is_file():
-        try:
-            make_batch_dynamic(original, dynamic)
-        except ModelError as exc:
-            log.warning("%s keeps its fixed batch of 1 (%s): faces run one by one", name, exc)
-            return model
+    runnable = rewrite_if_fixed_batch(files)
+    if runnable == files.model:
+        return model
     model.close()
-    return _load(dynamic, settings, source=original, source_sha256=sha256)
+    return _load(runnable, settings, source=files.model, source_sha256=files.sha256)
 
 
-def build_engine(settings: PipelineSettings, store: ModelStore) -> SwapEngine:
-    if settings.engine == "classic":
+def build_swap_engine(settings: PipelineSettings, store: ModelStore) -> SwapEngine:
+    swap_engine = resolve_swap_engine(settings, store)
+    if swap_engine == "classic":
         return ClassicEngine()
-    if settings.engine == "passthrough":
+    if swap_engine == "passthrough":
         return PassthroughEngine()
     recognizer = ArcFaceRecognizer(load_model(store, settings.recognizer_model, settings))
     swapper = load_batchable(store, settings.swapper_model, settings)
-    original = store.ensure(settings.swapper_model)
+    files = store.files(settings.swapper_model)
     # FP32 graphs keep emap as their last initializer; variants and engines take it from their source.
-    fp32 = swapper.path == original or swapper.path.name.endswith(".dynamic.onnx")
-    return InswapperEngine(swapper, recognizer, emap=None if fp32 else last_initializer(original))
+    fp32 = swapper.path in (files.model, files.dynamic)
+    return InswapperEngine(swapper, recognizer, emap=None if fp32 else last_initializer(files.model))
 
 
 def build_pipeline(
     settings: PipelineSettings,
-    store: ModelStore | None = None,
+    store: ModelStore,
     *,
     batching: BatchingSettings | None = None,
     registry: CollectorRegistry | None = None,
 ) -> FramePipeline:
     """The pipeline for `settings`. With `batching`, every model stage goes through one shared dynamic
     batcher per stage (live serving); without, models are called directly (files, benchmarks)."""
-    store = store or ModelStore()
     detect_config = DetectorConfig(
         size=settings.detect_size,
         score_threshold=settings.detect_threshold,
         refine_landmarks=settings.refine_landmarks,
     )
     detector = RetinaFaceDetector(load_model(store, settings.detector_model, settings), detect_config)
-    engine = build_engine(settings, store)
+    engine = build_swap_engine(settings, store)
     crops: list[Stage[Image, Image]] = []
     if settings.enhancer_model:
         scale = get_entry(settings.enhancer_model).scale or 1

@@ -12,9 +12,9 @@ from typing import Any, Literal
 import cv2
 import numpy as np
 
-from app.errors import UserError
 from app.pipeline.align import align_faces
 from app.pipeline.detect import RetinaFaceDetector
+from app.pipeline.face_choice import FaceChoice, choose_face
 from app.pipeline.paste import PasteBack, PasteConfig, PasteItem
 from app.pipeline.stage import DEFAULT_SESSION, Stage
 from app.pipeline.swap import PreparedSource, SwapEngine, SwapItem
@@ -89,19 +89,10 @@ class FramePipeline:
         """Per-stream state for video: tracking and detection interval."""
         return FaceTracker(self.config.tracker)
 
-    def prepare_source(self, image: Image, face_index: int | None = None) -> PreparedSource:
-        """Prepare an identity from a source photo: its largest face, or the one chosen by index
-        (faces ordered by detector score)."""
+    def prepare_source(self, image: Image, choice: FaceChoice = "largest") -> PreparedSource:
+        """Prepare an identity from a source photo: the face `choice` picks (app.pipeline.face_choice)."""
         (faces,) = self.detector.process([image])
-        if not faces:
-            raise UserError("no face found in the source image")
-        if face_index is None:
-            face = max(faces, key=lambda f: f.area)
-        elif 0 <= face_index < len(faces):
-            face = faces[face_index]
-        else:
-            raise UserError(f"the source image has {len(faces)} faces; face index {face_index} does not exist")
-        return self.engine.prepare(image, face)
+        return self.engine.prepare(image, choose_face(faces, choice))
 
     def locate(
         self, frames: list[Image], tracker: FaceTracker | None, timer: StageTimer, session: str = DEFAULT_SESSION

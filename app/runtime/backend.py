@@ -24,16 +24,14 @@ from pathlib import Path
 from typing import Literal
 
 from app.errors import ModelError
+from app.names import BackendName, Precision, RunBackend
 from app.runtime.model import Model
 from app.runtime.onnx import OnnxModel
-from engines.precision.variants import check_variant, variant_path
-from engines.tensorrt.manifest import EngineMismatch, Platform, engine_path, probe_platform, verify_engine
+from engines.model_files import ModelFiles
+from engines.precision.variants import check_variant
+from engines.tensorrt.manifest import EngineMismatch, Platform, probe_platform, verify_engine
 
 log = logging.getLogger(__name__)
-
-BackendName = Literal["auto", "onnxruntime", "tensorrt", "torch"]
-RunBackend = Literal["onnxruntime", "tensorrt", "torch"]
-Precision = Literal["fp32", "fp16", "int8"]
 
 
 @dataclass(frozen=True)
@@ -67,7 +65,7 @@ def torch_cuda() -> bool:
 
 
 def _onnx_variant(source: Path, precision: Precision, source_sha256: str | None) -> tuple[Path | None, str]:
-    candidate = variant_path(source, precision)
+    candidate = ModelFiles(source, source_sha256).variant(precision)
     if not candidate.is_file():
         return None, f"no {precision} variant ({candidate.name}): run `swapcast engines {precision} MODEL`"
     try:
@@ -82,7 +80,7 @@ def _engine(
 ) -> tuple[Path | None, str]:
     if platform is None:
         return None, "no TensorRT here (TensorRT, the CUDA bindings or a GPU is missing)"
-    candidate = engine_path(source, platform.gpu_name, precision)
+    candidate = ModelFiles(source, source_sha256).engine(platform.gpu_name, precision)
     if not candidate.is_file():
         return None, f"no engine {candidate.name}: run `swapcast engines build-trt MODEL --precision {precision}`"
     try:
@@ -132,7 +130,7 @@ def choose(
 
 
 def _has_engines(source: Path, precision: Precision) -> bool:
-    return any(source.parent.glob(f"{source.stem}.*.{precision}.engine"))
+    return bool(ModelFiles(source).engines(precision))
 
 
 def load_backend(
@@ -155,7 +153,24 @@ def load_backend(
         from app.runtime.torch_backend import TorchModel
 
         return TorchModel(choice.path, precision="fp16" if choice.precision == "fp16" else "fp32", threads=threads)
-    return OnnxModel(choice.path, threads=threads)
+    model = OnnxModel(choice.path, threads=threads)
+    if choice.precision == "fp16" and model.providers[:1] == ["CPUExecutionProvider"]:
+        _say_fp16_is_slow_on_cpu(choice.path)
+    return model
+
+
+@functools.cache
+def _say_fp16_is_slow_on_cpu(variant: Path) -> None:
+    """Once per process and model. ONNX Runtime's CPU provider has FP16 kernels for few ops and wraps the
+    others in casts to FP32 and back. Measured on two CPU cores, FP16 variants ran at 0.74-0.77x FP32's
+    speed (bench-engines) and 0.84-0.85x (RetinaFace at 640, animevideov3 x2 on 4 crops: median of 15
+    interleaved runs, 2 threads)."""
+    log.warning(
+        "%s: SWAPCAST_PRECISION=fp16 runs slower than fp32 on a CPU (ONNX Runtime computes most FP16 ops in "
+        "FP32 with casts around them; measured 0.74-0.85x fp32's speed): fp16 pays off on a GPU, "
+        "compare the variants here with `swapcast bench-engines`",
+        variant.name,
+    )
 
 
 @dataclass(frozen=True)
@@ -185,9 +200,10 @@ def list_variants(
     except ModelError:
         active = None
     rows = [VariantInfo(source.name, "onnx", "fp32", "ok", active in (source, runs_from))]
+    files = ModelFiles(source, source_sha256)
     reduced: tuple[Precision, ...] = ("fp16", "int8")
     for name in reduced:
-        candidate = variant_path(source, name)
+        candidate = files.variant(name)
         if candidate.is_file():
             try:
                 check_variant(candidate, source_sha256)
@@ -196,7 +212,7 @@ def list_variants(
                 status = str(exc)
             rows.append(VariantInfo(candidate.name, "onnx", name, status, candidate == active))
     platform = None
-    for engine in sorted(source.parent.glob(f"{source.stem}.*.engine")):
+    for engine in files.engines():
         if platform is None:
             platform = gpu_platform()
         status = "cannot check here (no TensorRT or GPU)"

@@ -27,8 +27,8 @@ def available_providers(requested: Sequence[str] | None = None) -> list[str]:
 
 
 def default_threads() -> int:
-    configured = os.environ.get("SWAPCAST_THREADS")
-    return int(configured) if configured else (os.cpu_count() or 1)
+    """All cores; SWAPCAST_THREADS reaches models through PipelineSettings.threads."""
+    return os.cpu_count() or 1
 
 
 class OnnxModel:

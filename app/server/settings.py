@@ -10,7 +10,7 @@ from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from app.server.connections import ConnectionLimits
-from app.settings import BatchingSettings, PipelineSettings
+from app.settings import BatchingSettings, ModelStoreSettings, PipelineSettings
 
 VideoCodec = Literal["H264", "VP8"]
 DEFAULT_CODECS: tuple[VideoCodec, ...] = ("H264", "VP8")
@@ -89,11 +89,12 @@ class ServerSettings(BaseSettings):
     pipeline_workers: int = Field(default_factory=lambda: os.cpu_count() or 1, ge=1)
     warmup: bool = True
 
+    models: ModelStoreSettings = Field(default_factory=ModelStoreSettings)
     pipeline: PipelineSettings = Field(default_factory=PipelineSettings)
     # One shared dynamic batcher per model across all sessions. None = on where models run on a GPU, off on
     # CPU: `swapcast bench-batch` on 2 CPU cores measured batching at 0.97x throughput for one session and
     # 0.74-0.83x for 2-8 (the CPU gains nothing per item from a batch, and one worker per model serialises
-    # what parallel sessions would overlap); a GPU is where batches pay.
+    # what parallel sessions would overlap); a GPU is where batches pay (app.runtime.gpu.batching_on).
     batching_enabled: bool | None = None
     batching: BatchingSettings = Field(default_factory=BatchingSettings)
 
@@ -128,15 +129,6 @@ class ServerSettings(BaseSettings):
         except ValueError:
             raise ValueError(f"{value!r} is not a rate such as 30/minute") from None
         return value
-
-    def batching_on(self) -> bool:
-        if self.batching_enabled is not None:
-            return self.batching_enabled
-        from app.runtime.backend import gpu_platform, torch_cuda
-        from app.runtime.onnx import available_providers
-
-        on_gpu = available_providers()[0] != "CPUExecutionProvider"
-        return on_gpu or gpu_platform() is not None or torch_cuda()
 
     def connection_limits(self) -> ConnectionLimits:
         return ConnectionLimits(

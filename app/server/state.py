@@ -10,11 +10,13 @@ import numpy as np
 from prometheus_client import CollectorRegistry
 
 from app.identity.cache import IdentityCache
+from app.identity.enrol import re_preparer
 from app.identity.images import decode_slots
 from app.identity.quota import IdentityQuota, UsageOf
 from app.identity.store import IdentityNotFound, IdentityStore, IdentityUnreadable, is_identity_id
 from app.identity.validate import PreparedSpec
 from app.media.webrtc import SessionConfig, use_host_addresses
+from app.model_store import open_model_store
 from app.observability import Metrics
 from app.pipeline.pipeline import FramePipeline
 from app.pipeline.swap import PreparedSource
@@ -26,6 +28,7 @@ from app.server.sessions import SessionManager
 from app.server.settings import ServerSettings
 from app.server.streams import GiveUp, StreamManager
 from app.settings import BatchingSettings, PipelineSettings
+from engines.store import ModelStore
 
 log = logging.getLogger(__name__)
 
@@ -34,14 +37,16 @@ StateListener = Callable[["ServerState"], None]
 WARMUP_SIZES = ((640, 480), (1280, 720))
 
 
-def shared_pipeline_factory(batching: BatchingSettings | None, registry: CollectorRegistry) -> PipelineFactory:
+def shared_pipeline_factory(
+    store: ModelStore, batching: BatchingSettings | None, registry: CollectorRegistry
+) -> PipelineFactory:
     """The server's own pipeline: every session's model calls go through one dynamic batcher per model
     (unless batching is off), and the batchers report into the server's metrics registry."""
 
     def build(settings: PipelineSettings) -> FramePipeline:
         from app.pipeline.factory import build_pipeline
 
-        return build_pipeline(settings, batching=batching, registry=registry)
+        return build_pipeline(settings, store, batching=batching, registry=registry)
 
     return build
 
@@ -69,9 +74,14 @@ class ServerState:
         self.settings = settings
         self._on_change = on_change
         self.metrics = Metrics()
-        self._pipeline_factory = pipeline_factory or shared_pipeline_factory(
-            settings.batching if settings.batching_on() else None, self.metrics.registry
-        )
+        if pipeline_factory is None:
+            from app.runtime.gpu import batching_on
+
+            batching = settings.batching if batching_on(settings.batching_enabled) else None
+            pipeline_factory = shared_pipeline_factory(
+                open_model_store(settings.models), batching, self.metrics.registry
+            )
+        self._pipeline_factory = pipeline_factory
         # Video frames run on `executor`; identity work (decode, detect, prepare) on `control_executor`, so an
         # upload or an identity switch never waits behind video.
         self.executor = ThreadPoolExecutor(settings.pipeline_workers, thread_name_prefix="swapcast-pipeline")
@@ -232,7 +242,7 @@ class ServerState:
         if pipeline is None:
             raise NotReady(self.not_ready_reason)
         return self.store.load_prepared(
-            identity_id, model_key, pipeline.engine.name, pipeline.prepare_source, self.prepared_spec
+            identity_id, model_key, pipeline.engine.name, re_preparer(pipeline), self.prepared_spec
         )
 
     async def load_source(self, identity_id: str) -> PreparedSource:

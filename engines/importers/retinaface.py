@@ -6,9 +6,9 @@ expected network (ONNX, input ``input`` [N,3,H,W], outputs ``loc``, ``conf``, ``
 they are written.
 """
 
-import os
 from pathlib import Path
 
+from engines.atomic import write_bytes_atomic
 from engines.errors import ModelError
 
 FILE_NAME = "retinaface_mnet025.onnx"
@@ -60,12 +60,4 @@ def import_retinaface(dest_dir: Path) -> Path:
     """Write ``retinaface_mnet025.onnx`` into ``dest_dir`` (atomically) and return its path."""
     data = load_weights()
     check_weights(data)
-    dest_dir.mkdir(parents=True, exist_ok=True)
-    dest = dest_dir / FILE_NAME
-    tmp = dest_dir / f".{FILE_NAME}.{os.getpid()}.tmp"
-    try:
-        tmp.write_bytes(data)
-        os.replace(tmp, dest)
-    finally:
-        tmp.unlink(missing_ok=True)
-    return dest
+    return write_bytes_atomic(dest_dir / FILE_NAME, data)

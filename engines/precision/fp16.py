@@ -34,6 +34,7 @@ from onnx import TensorProto, helper
 
 from engines.atomic import atomic_path
 from engines.errors import ModelError
+from engines.onnx_io import check_loads, first_line, load_onnx
 
 log = logging.getLogger(__name__)
 
@@ -69,15 +70,6 @@ class Fp16Conversion:
     blocked_ops: tuple[str, ...]
     blocked_nodes: tuple[str, ...]  # nodes kept in FP32 because of measured ranges, plus any given
     keep_io_types: bool
-
-
-def _load(path: Path) -> onnx.ModelProto:
-    if not path.is_file():
-        raise ModelError(f"cannot convert {path} to FP16: no such model file")
-    try:
-        return onnx.load(str(path))
-    except Exception as exc:  # protobuf raises several unrelated types on a corrupt file
-        raise ModelError(f"cannot convert {path} to FP16: not a readable ONNX model ({exc})") from None
 
 
 def tensor_ranges(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray]) -> dict[str, float]:
@@ -190,7 +182,7 @@ def convert_fp16(
 
     src = Path(src)
     dst = Path(dst)
-    original = _load(src)
+    original = load_onnx(src, f"convert {src} to FP16")
     _name_nodes(original)
     blocked_ops = list(default_op_block_list() if op_block_list is None else op_block_list)
     blocked_ops += [op for op in extra_block_ops if op not in blocked_ops]
@@ -229,22 +221,6 @@ def convert_fp16(
         try:
             onnx.checker.check_model(str(tmp))
         except onnx.checker.ValidationError as exc:
-            raise ModelError(f"FP16 conversion of {src.name} produced an invalid graph: {_first_line(exc)}") from exc
-        _check_loads(tmp, src)
+            raise ModelError(f"FP16 conversion of {src.name} produced an invalid graph: {first_line(exc)}") from exc
+        check_loads(tmp, f"the FP16 conversion of {src.name}")
     return Fp16Conversion(dst, tuple(blocked_ops), tuple(blocked_nodes), keep_io_types)
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
-
-
-def _check_loads(path: Path, src: Path) -> None:
-    import onnxruntime as ort
-
-    options = ort.SessionOptions()
-    options.log_severity_level = 3
-    try:
-        ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
-    except Exception as exc:  # ORT raises several unrelated types for graphs it refuses
-        raise ModelError(f"ONNX Runtime cannot load the FP16 conversion of {src.name}: {_first_line(exc)}") from exc

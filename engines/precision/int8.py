@@ -29,7 +29,6 @@ import hashlib
 import inspect
 import json
 import logging
-import os
 import tempfile
 import zipfile
 from collections.abc import Iterator, Mapping, Sequence
@@ -41,7 +40,9 @@ from typing import Any, Literal, get_args
 import numpy as np
 import onnx
 
+from engines.atomic import atomic_path, replace_file
 from engines.errors import ModelError
+from engines.onnx_io import check_loads, fed_inputs, load_onnx
 
 log = logging.getLogger(__name__)
 
@@ -130,14 +131,8 @@ class CalibrationSet:
             "digest": self.digest(),
         }
         arrays["meta"] = np.array(json.dumps(meta))
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp.npz", dir=path.parent)
-        os.close(fd)
-        try:
-            np.savez_compressed(tmp_name, **arrays)  # type: ignore[arg-type]
-            os.replace(tmp_name, path)
-        finally:
-            Path(tmp_name).unlink(missing_ok=True)
+        with atomic_path(path, suffix=".npz") as tmp:  # numpy appends .npz to a name without it
+            np.savez_compressed(tmp, **arrays)  # type: ignore[arg-type]
         return path
 
     @classmethod
@@ -252,10 +247,8 @@ def quantize_int8(
         raise ValueError(f"method must be one of {', '.join(METHODS)}, not {method!r}")
     src = Path(src)
     dst = Path(dst)
-    if not src.is_file():
-        raise ModelError(f"cannot quantize {src}: no such model file")
-    model = onnx.load(str(src))
-    feed_names = [i.name for i in model.graph.input if i.name not in {t.name for t in model.graph.initializer}]
+    model = load_onnx(src, f"quantize {src}")
+    feed_names = [value.name for value in fed_inputs(model)]
     if sorted(feed_names) != sorted(calibration.input_names):
         raise ModelError(
             f"calibration data for {calibration.model} has inputs {calibration.input_names}; "
@@ -320,8 +313,8 @@ def quantize_int8(
             quantize_static(str(prepared), str(out), **arguments)
         except Exception as exc:  # ORT raises plain Exceptions and ValueErrors for graphs it cannot quantize
             raise ModelError(f"cannot quantize {src.name} to INT8: {exc}") from exc
-        _check_loads(out, src)
-        os.replace(out, dst)
+        check_loads(out, f"the INT8 quantization of {src.name}")
+        replace_file(out, dst)
     return Int8Quantization(
         path=dst,
         method=method,
@@ -331,15 +324,3 @@ def quantize_int8(
         calibration_digest=calibration.digest(),
         opset=opset,
     )
-
-
-def _check_loads(path: Path, src: Path) -> None:
-    import onnxruntime as ort
-
-    options = ort.SessionOptions()
-    options.log_severity_level = 3
-    try:
-        ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
-    except Exception as exc:  # ORT raises several unrelated types for graphs it refuses
-        line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise ModelError(f"ONNX Runtime cannot load the INT8 quantization of {src.name}: {line}") from exc

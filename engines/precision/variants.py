@@ -1,10 +1,8 @@
 """Where reduced-precision variants of a model live, and the sidecar record each one carries.
 
-Variants sit beside the model file they were made from, named after its stem:
-
-    <stem>.fp16.onnx  + <stem>.fp16.json      FP16 (ONNX)
-    <stem>.int8.onnx  + <stem>.int8.json      INT8 QDQ (ONNX)
-    <stem>.<gpu>.<precision>.engine + .json   TensorRT engines (see engines.tensorrt.manifest)
+Variants sit beside the model file they were made from, named after its stem (`ModelFiles.variant` and
+`ModelFiles.variant_record` in engines.model_files: `<stem>.fp16.onnx` + `<stem>.fp16.json`, `<stem>.int8.onnx`
++ `<stem>.int8.json`; TensorRT engines, see engines.tensorrt.manifest, are named there too).
 
 The record names the source's sha256, so a variant made from another version of the model is refused,
 and the variant's own sha256, so a damaged or swapped file is refused too. It also keeps how the variant
@@ -19,25 +17,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal, get_args
 
-from engines.atomic import write_bytes_atomic
+from engines.atomic import write_text_atomic
 from engines.errors import ModelError
+from engines.model_files import record_path
 
 Precision = Literal["fp32", "fp16", "int8"]
 PRECISIONS: tuple[str, ...] = get_args(Precision)
 RECORD_FORMAT = 1
-
-
-def variant_path(model_path: Path, precision: Precision) -> Path:
-    """`<stem>.<precision>.onnx` beside the model (`model_path` itself for fp32)."""
-    model_path = Path(model_path)
-    if precision == "fp32":
-        return model_path
-    return model_path.with_name(f"{model_path.stem}.{precision}.onnx")
-
-
-def record_path(artifact: Path) -> Path:
-    """The sidecar JSON of a variant or engine: the same name with `.json` for its suffix."""
-    return Path(artifact).with_suffix(".json")
 
 
 @dataclass(frozen=True)
@@ -74,13 +60,8 @@ class VariantRecord:
             ) from None
 
 
-def write_json_atomic(path: Path, text: str) -> Path:
-    """Write `text` to `path` through a temporary file in the same folder."""
-    return write_bytes_atomic(Path(path), text.encode("utf-8"))
-
-
 def write_record(variant: Path, record: VariantRecord) -> Path:
-    return write_json_atomic(record_path(variant), record.to_json())
+    return write_text_atomic(record_path(variant), record.to_json())
 
 
 def read_record(variant: Path) -> VariantRecord:

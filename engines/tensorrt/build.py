@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import os
 import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -30,8 +29,10 @@ from typing import Any, Literal
 
 import onnx
 
+from engines.atomic import write_bytes_atomic
 from engines.errors import ModelError
 from engines.precision.int8 import CalibrationSet
+from engines.precision.variants import Precision
 from engines.tensorrt.manifest import (
     EngineManifest,
     ProfileShape,
@@ -42,7 +43,7 @@ from engines.tensorrt.manifest import (
 
 log = logging.getLogger(__name__)
 
-EnginePrecision = Literal["fp32", "fp16", "int8"]
+EnginePrecision = Precision  # a TensorRT plan is built at one of the variant precisions
 DimRange = tuple[int, int, int]  # min, opt, max
 
 
@@ -216,9 +217,9 @@ def build_engine(
         if serialized is None:
             raise ModelError(f"TensorRT could not build an engine from {source.name} (see its log above)")
         data = bytes(memoryview(serialized))
-        _write_bytes_atomic(engine, data)
+        write_bytes_atomic(engine, data)
         if options.timing_cache is not None:
-            _write_bytes_atomic(options.timing_cache, bytes(memoryview(config.get_timing_cache().serialize())))
+            write_bytes_atomic(options.timing_cache, bytes(memoryview(config.get_timing_cache().serialize())))
 
     manifest = EngineManifest(
         model=model,
@@ -268,15 +269,3 @@ def _open_timing_cache(config: Any, path: Path | None) -> Any:
         except FileNotFoundError:
             data = b""
     return config.create_timing_cache(data)
-
-
-def _write_bytes_atomic(path: Path, data: bytes) -> None:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    finally:
-        Path(tmp).unlink(missing_ok=True)

@@ -2,11 +2,12 @@
 
 A serialized engine only runs on the TensorRT version that built it and is tuned for one GPU; loading
 one built elsewhere fails deep inside TensorRT, or worse, runs with kernels picked for another card.
-So every `.engine` gets a JSON manifest beside it (`<stem>.<gpu>.<precision>.json`) saying what it was
-built from (the source model's sha256), how (precision, build mode, optimisation profile) and where
-(GPU name, compute capability, TensorRT version). `verify_engine` compares it with the running
-platform and the model the caller expects, and also checks the engine file's own sha256, before any
-byte of the engine reaches TensorRT; every mismatch is named in the one-line error.
+So every `.engine` gets a JSON manifest beside it (`<stem>.<gpu>.<precision>.json`, named in
+engines.model_files) saying what it was built from (the source model's sha256), how (precision, build
+mode, optimisation profile) and where (GPU name, compute capability, TensorRT version). `verify_engine`
+compares it with the running platform and the model the caller expects, and also checks the engine
+file's own sha256, before any byte of the engine reaches TensorRT; every mismatch is named in the
+one-line error.
 
 Nothing here imports TensorRT or CUDA: `probe_platform` does, lazily, when asked.
 """
@@ -15,14 +16,14 @@ from __future__ import annotations
 
 import importlib
 import json
-import re
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from engines.atomic import write_text_atomic
 from engines.errors import ModelError
-from engines.precision.variants import record_path, write_json_atomic
+from engines.model_files import gpu_slug, record_path
 
 MANIFEST_FORMAT = 1
 TRT_MISSING = "TensorRT is not installed: pip install swapcast[gpu] on a machine with an NVIDIA GPU"
@@ -43,22 +44,6 @@ class Platform:
     @property
     def slug(self) -> str:
         return gpu_slug(self.gpu_name)
-
-
-def gpu_slug(gpu_name: str) -> str:
-    """A file-name-safe form of a GPU name: "NVIDIA H200" -> "nvidia-h200"."""
-    slug = re.sub(r"[^a-z0-9]+", "-", gpu_name.lower()).strip("-")
-    return slug or "gpu"
-
-
-def engine_path(model_path: Path, gpu_name: str, precision: str) -> Path:
-    """`<stem>.<gpu>.<precision>.engine` beside the model file."""
-    model_path = Path(model_path)
-    return model_path.with_name(f"{model_path.stem}.{gpu_slug(gpu_name)}.{precision}.engine")
-
-
-def manifest_path(engine: Path) -> Path:
-    return record_path(engine)
 
 
 @dataclass(frozen=True)
@@ -132,13 +117,13 @@ class EngineManifest:
 
 
 def write_manifest(engine: Path, manifest: EngineManifest) -> Path:
-    return write_json_atomic(manifest_path(engine), manifest.to_json())
+    return write_text_atomic(record_path(engine), manifest.to_json())
 
 
 def read_manifest(engine: Path) -> EngineManifest:
     """The manifest beside `engine`; EngineMismatch when it is missing or unreadable."""
     engine = Path(engine)
-    path = manifest_path(engine)
+    path = record_path(engine)
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:

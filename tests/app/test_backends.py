@@ -12,19 +12,19 @@ import pytest
 
 import app.cli
 from app.calibration import calibration_set, letterbox
-from app.commands import COMMANDS, engines
-from app.commands.engines import make_fp16, source_for
 from app.pipeline.factory import build_pipeline
 from app.pipeline.swap import InswapperEngine, last_initializer
 from app.pipeline.types import Image
-from app.runtime.backend import choose, load_backend
+from app.runtime.backend import _say_fp16_is_slow_on_cpu, choose, load_backend
 from app.runtime.onnx import OnnxModel
 from app.runtime.torch_backend import TorchModel
 from app.settings import PipelineSettings
+from app.variants import make_fp16, source_for
 from engines.errors import ModelError
-from engines.precision.variants import read_record, record_path, variant_path
+from engines.model_files import ModelFiles, record_path
+from engines.precision.variants import read_record
 from engines.store import ModelStore, sha256_file
-from engines.tensorrt.manifest import EngineManifest, Platform, ProfileShape, engine_path, write_manifest
+from engines.tensorrt.manifest import EngineManifest, Platform, ProfileShape, write_manifest
 
 PARITY = 1e-4
 
@@ -128,6 +128,21 @@ def test_fp16_variant_is_loaded_when_the_precision_asks(own_store: ModelStore, d
     assert load_backend(source, "auto", 2, "fp32", source_sha256=sha).path == source
 
 
+def test_fp16_on_a_cpu_is_said_to_be_slower_once_per_model(
+    own_store: ModelStore, detector_fp16: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    source = own_store.ensure("retinaface_mnet025")
+    sha, _ = own_store.expected("retinaface_mnet025")
+    _say_fp16_is_slow_on_cpu.cache_clear()  # an earlier test may have loaded the variant already
+    with caplog.at_level(logging.WARNING, logger="app.runtime.backend"):
+        loaded = [load_backend(source, "onnxruntime", 2, "fp16", source_sha256=sha) for _ in range(2)]
+        load_backend(source, "onnxruntime", 2, "fp32", source_sha256=sha)
+    if any(isinstance(m, OnnxModel) and m.providers[0] != "CPUExecutionProvider" for m in loaded):
+        pytest.skip("ONNX Runtime runs on a GPU here")
+    said = [r.getMessage() for r in caplog.records if "runs slower than fp32 on a CPU" in r.getMessage()]
+    assert len(said) == 1 and said[0].startswith(f"{detector_fp16.name}: SWAPCAST_PRECISION=fp16")
+
+
 def test_missing_or_stale_variants(
     own_store: ModelStore, detector_fp16: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -150,7 +165,7 @@ def test_auto_prefers_an_engine_built_for_this_gpu(tmp_path: Path) -> None:
     source = tmp_path / "m.onnx"
     source.write_bytes(b"onnx")
     here = Platform("NVIDIA H200", "9.0", "10.13.3.9")
-    engine = engine_path(source, here.gpu_name, "fp16")
+    engine = ModelFiles(source).engine(here.gpu_name, "fp16")
     engine.write_bytes(b"engine")
     manifest = EngineManifest(
         model="m",
@@ -215,8 +230,6 @@ def test_factory_loads_variants_and_keeps_the_emap(own_store: ModelStore, detect
 @pytest.fixture
 def cli(own_store: ModelStore, monkeypatch: pytest.MonkeyPatch) -> Callable[[list[str]], int]:
     monkeypatch.setenv("SWAPCAST_MODEL_DIR", str(own_store.root))
-    if engines.register not in COMMANDS:
-        monkeypatch.setattr(app.cli, "COMMANDS", [*COMMANDS, engines.register])
     return app.cli.main
 
 
@@ -228,7 +241,7 @@ def test_engines_int8_and_models_list_variants(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     assert cli(["engines", "int8", "retinaface_mnet025", "--samples", "4"]) == 0
-    int8 = variant_path(own_store.ensure("retinaface_mnet025"), "int8")
+    int8 = ModelFiles(own_store.ensure("retinaface_mnet025")).variant("int8")
     assert str(int8) in capsys.readouterr().out
     options = json.loads(record_path(int8).read_text())["options"]
     assert options["method"] == "minmax" and options["per_channel"] and options["calibration_samples"] == 4
@@ -252,8 +265,12 @@ def test_engines_commands_fail_in_one_line(cli: Callable[[list[str]], int], caps
     assert cli(["engines", "fp16", "no_such_model"]) == 2
     err = capsys.readouterr().err.splitlines()
     assert len(err) == 1 and "unknown model 'no_such_model'" in err[0]
-    assert cli(["engines", "int8", "retinaface_mnet025", "--samples", "0"]) == 2
-    assert capsys.readouterr().err.strip() == "swapcast: error: --samples must be at least 1"
+    with pytest.raises(SystemExit) as exited:  # refused while the command line is parsed
+        cli(["engines", "int8", "retinaface_mnet025", "--samples", "0"])
+    assert exited.value.code == 2
+    assert capsys.readouterr().err.strip() == (
+        "swapcast: error: argument --samples: must be at least 1, got 0 (see `swapcast engines int8 --help`)"
+    )
 
 
 # -- on a GPU ------------------------------------------------------------------------------------------------

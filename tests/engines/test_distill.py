@@ -14,7 +14,7 @@ import onnx
 import pytest
 import torch
 
-from app.commands import engine_tools
+from app.commands import engine_tools, engines_group
 from app.media.clips import load_sample
 from app.pipeline.align import AlignSpec, estimate_matrix, warp_crop
 from app.pipeline.detect import RetinaFaceDetector
@@ -248,7 +248,7 @@ def test_report_writes_table_json_and_grid(
 def _cli(*argv: str) -> int:
     parser = argparse.ArgumentParser(prog="swapcast")
     sub = parser.add_subparsers(dest="command", required=True)
-    engine_tools.register(sub)
+    engines_group.register(sub)
     args = parser.parse_args(list(argv))
     code: int = args.func(args)
     return code

@@ -22,16 +22,17 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from app.calibration import calibration_frames, calibration_set, face_crops
-from app.commands.engines import source_for
 from app.pipeline.detect import DetectorConfig, RetinaFaceDetector
 from app.pipeline.types import Face, Image
 from app.runtime.onnx import OnnxModel
 from app.runtime.torch_backend import TorchModel
+from app.variants import source_for
 from engines.errors import ModelError
+from engines.model_files import ModelFiles
 from engines.precision.fp16 import convert_fp16, overflow_nodes
 from engines.precision.int8 import CalibrationSet, quantize_int8
 from engines.precision.quality import compare_outputs, measure, psnr
-from engines.precision.variants import VariantRecord, check_variant, variant_path, write_record
+from engines.precision.variants import VariantRecord, check_variant, write_record
 from engines.store import ModelStore, sha256_file
 
 MODELS = ("retinaface_mnet025", "reference_swapper_narrow", "realesr_animevideov3_x2")
@@ -54,14 +55,15 @@ def fp16(sources: dict[str, Path], calibration: dict[str, CalibrationSet]) -> di
     out = {}
     for name, path in sources.items():
         sample = {k: v for k, v in calibration[name].samples[0].items()}
-        out[name] = convert_fp16(path, variant_path(path, "fp16"), range_feeds=sample).path
+        out[name] = convert_fp16(path, ModelFiles(path).variant("fp16"), range_feeds=sample).path
     return out
 
 
 @pytest.fixture(scope="session")
 def int8(sources: dict[str, Path], calibration: dict[str, CalibrationSet]) -> dict[str, Path]:
     return {
-        name: quantize_int8(path, variant_path(path, "int8"), calibration[name]).path for name, path in sources.items()
+        name: quantize_int8(path, ModelFiles(path).variant("int8"), calibration[name]).path
+        for name, path in sources.items()
     }
 
 

@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 
 import app.cli
-from app.commands import COMMANDS, engines
 from app.runtime.tensorrt import TensorRTModel
 from engines.errors import ModelError
+from engines.model_files import ModelFiles, gpu_slug, record_path
 from engines.precision.int8 import CalibrationSet
 from engines.store import ModelStore, sha256_file
 from engines.tensorrt.build import graph_inputs, profile_shapes
@@ -24,9 +24,6 @@ from engines.tensorrt.manifest import (
     EngineMismatch,
     Platform,
     ProfileShape,
-    engine_path,
-    gpu_slug,
-    manifest_path,
     read_manifest,
     verify_engine,
     write_manifest,
@@ -77,7 +74,7 @@ def test_manifest_round_trips(tmp_path: Path) -> None:
     manifest = read_manifest(engine)
     assert manifest == EngineManifest.from_json(manifest.to_json())
     assert manifest.profiles["input"].max == (32, 3, 640, 640) and manifest.max_batch == 32
-    assert manifest_path(engine).name == "retinaface_mnet025.nvidia-h200.fp16.json"
+    assert record_path(engine).name == "retinaface_mnet025.nvidia-h200.fp16.json"
     assert verify_engine(engine, HERE, SOURCE_SHA) == manifest
 
 
@@ -114,14 +111,14 @@ def test_missing_corrupt_or_replaced_files_are_refused(tmp_path: Path) -> None:
     with pytest.raises(EngineMismatch, match="does not match the sha256 in its manifest"):
         verify_engine(engine, HERE, SOURCE_SHA)
 
-    manifest_path(engine).write_text("{ not json")
+    record_path(engine).write_text("{ not json")
     with pytest.raises(EngineMismatch, match="manifest .* is corrupt"):
         verify_engine(engine, HERE, SOURCE_SHA)
-    manifest_path(engine).write_text(json.dumps({"format": 1, "model": "x"}))
+    record_path(engine).write_text(json.dumps({"format": 1, "model": "x"}))
     with pytest.raises(EngineMismatch, match="is corrupt"):
         verify_engine(engine, HERE, SOURCE_SHA)
 
-    manifest_path(engine).unlink()
+    record_path(engine).unlink()
     with pytest.raises(EngineMismatch, match="has no manifest"):
         verify_engine(engine, HERE, SOURCE_SHA)
     with pytest.raises(EngineMismatch, match="no TensorRT engine at"):
@@ -148,7 +145,7 @@ def test_the_runner_refuses_before_deserialising(tmp_path: Path) -> None:
 
 def test_engine_names_carry_gpu_and_precision(tmp_path: Path) -> None:
     assert gpu_slug("NVIDIA GeForce RTX 3060 Ti") == "nvidia-geforce-rtx-3060-ti"
-    path = engine_path(tmp_path / "w600k_r50.onnx", "NVIDIA H200", "int8")
+    path = ModelFiles(tmp_path / "w600k_r50.onnx").engine("NVIDIA H200", "int8")
     assert path == tmp_path / "w600k_r50.nvidia-h200.int8.engine"
 
 
@@ -237,8 +234,6 @@ def test_calibration_cache_reads_and_writes(tmp_path: Path) -> None:
 @pytest.fixture
 def cli(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Callable[[list[str]], int]:
     monkeypatch.setenv("SWAPCAST_MODEL_DIR", str(tmp_path / "models"))
-    if engines.register not in COMMANDS:
-        monkeypatch.setattr(app.cli, "COMMANDS", [*COMMANDS, engines.register])
     return app.cli.main
 
 

@@ -11,9 +11,11 @@ import numpy as np
 import pytest
 from PIL import Image as PilImage
 
-from app.identity.store import prepared_file_name
+from app.identity.images import decode_image
+from app.identity.store import IdentityStore, prepared_file_name
 from app.media.clips import load_sample
 from app.pipeline.pipeline import FramePipeline
+from app.pipeline.swap import PreparedSource
 from app.settings import PipelineSettings
 from tests.server.harness import RunningServer, encode, server_settings, start_server, upload
 from tests.server.images import gif_bytes, gradient, png_claiming
@@ -155,3 +157,45 @@ def test_identities_survive_a_restart_and_are_prepared_again_for_another_engine(
     prepared = identity_dir / identity / "prepared"
     assert (prepared / prepared_file_name("classic:256")).is_file()
     assert (prepared / prepared_file_name("passthrough:128")).is_file()
+
+
+def test_a_stored_identity_is_prepared_again_with_its_own_face_and_never_a_guess(
+    identity_dir: Path, pipeline_factory: Callable[[PipelineSettings], FramePipeline], t1_jpeg: bytes
+) -> None:
+    t1 = decode_image(t1_jpeg, 10**8)[0]
+    passthrough = server_settings(identity_dir, pipeline=PipelineSettings(engine="passthrough", threads=1))
+    with start_server(passthrough, pipeline_factory) as first:
+        chosen = upload(first.base_url, t1_jpeg, "group.jpg", face_index="2").json()["id"]
+    # An identity stored without a face_index (it had one face when it was enrolled) whose photo now shows
+    # several, as when another detector finds more: preparing it again must refuse, not take the largest.
+    unchosen = (
+        IdentityStore(identity_dir)
+        .create(
+            name="group",
+            photo=t1_jpeg,
+            format="jpeg",
+            width=t1.shape[1],
+            height=t1.shape[0],
+            faces=1,
+            face_index=None,
+            thumbnail=b"",
+            prepared=PreparedSource("passthrough", "passthrough:128", np.zeros(0, np.float32)),
+        )
+        .id
+    )
+
+    with start_server(server_settings(identity_dir), pipeline_factory) as second:  # the classic engine
+        state = second.state
+        source = second.call(lambda: state.load_source(chosen))
+        assert state.pipeline is not None
+        expected = state.pipeline.prepare_source(t1, 2)
+        assert source.model_key == expected.model_key == "classic:256"
+        assert np.array_equal(source.data, expected.data)
+        assert not np.array_equal(source.data, state.pipeline.prepare_source(t1, "largest").data)
+        session = httpx.post(
+            f"{second.base_url}/v1/sessions?identity={unchosen}",
+            content=b"v=0\r\n",
+            headers={"Content-Type": "application/sdp"},
+        )
+        assert session.status_code == 409
+        assert "found 6 faces" in session.json()["detail"]

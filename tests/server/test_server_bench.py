@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from app.bench.server_bench import ServerBenchConfig, compare, run_server_bench
+from app.cli import main
 from app.commands import bench_server
 from app.errors import UserError
 
@@ -59,12 +60,27 @@ def test_compare_pairs_cells_with_the_echo_of_the_same_shape() -> None:
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["--resolutions", "4k"], "unknown resolution"),
         (["--engines", "magic"], "unknown engine"),
         (["--codec", "AV1"], "unknown codec"),
         (["--sessions", "one"], "comma list of numbers"),
         (["--sessions", "0"], "between 1 and 16"),
-        (["--seconds", "0"], "--seconds must be positive"),
+        (["--seconds", "0"], "argument --seconds: must be more than 0"),
+    ],
+)
+def test_bench_server_refuses_bad_arguments_while_parsing(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["bench-server", *argv])
+    assert exited.value.code == 2
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("swapcast: error: ") and message in lines[0]
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--resolutions", "4k"], "unknown resolution"),
         (["--output", "/no/such/dir/out.json"], "output directory does not exist"),
     ],
 )

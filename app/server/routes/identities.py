@@ -6,18 +6,14 @@ import threading
 from pathlib import PurePath
 from typing import Annotated
 
-import cv2
-import numpy as np
 from fastapi import APIRouter, HTTPException, Path, Request, Response
 from pydantic import BaseModel
 from starlette.datastructures import UploadFile
 from starlette.formparsers import MultiPartException, MultiPartParser
 
-from app.identity.images import ImageInfo, ImageRejected, decode_image, encode_stored, sniff_format
+from app.identity.enrol import enrol
+from app.identity.images import sniff_format
 from app.identity.store import Identity
-from app.pipeline.pipeline import FramePipeline
-from app.pipeline.swap import PreparedSource
-from app.pipeline.types import Face, Image
 from app.server.deps import PipelineDep, StateDep, StoreDep
 from app.server.limits import capped_stream, media_type
 from app.server.principal import principal_of
@@ -27,7 +23,6 @@ router = APIRouter(prefix="/v1/identities", tags=["identities"])
 MULTIPART_OVERHEAD = 64 * 1024
 MAX_NAME = 100
 MAX_FACE_INDEX = 999  # far above the detector's 64 faces per image; longer input is not echoed back
-THUMB_SIZE = 160
 
 _quota_lock = threading.Lock()
 
@@ -85,47 +80,6 @@ def _parse_face_index(raw: str | None) -> int | None:
     return int(text)
 
 
-def _thumbnail(image: Image, face: Face) -> bytes:
-    x1, y1, x2, y2 = (float(v) for v in face.box)
-    cx, cy = (x1 + x2) / 2, (y1 + y2) / 2
-    half = max(x2 - x1, y2 - y1) * 0.7
-    height, width = image.shape[:2]
-    top, bottom = int(max(0, cy - half)), int(min(height, cy + half))
-    left, right = int(max(0, cx - half)), int(min(width, cx + half))
-    crop = image[top:bottom, left:right] if bottom > top and right > left else image
-    scale = THUMB_SIZE / max(crop.shape[:2])
-    if scale < 1:
-        size = (max(1, round(crop.shape[1] * scale)), max(1, round(crop.shape[0] * scale)))
-        crop = np.asarray(cv2.resize(crop, size, interpolation=cv2.INTER_AREA), np.uint8)
-    ok, encoded = cv2.imencode(".jpg", np.ascontiguousarray(crop), [cv2.IMWRITE_JPEG_QUALITY, 85])
-    if not ok:
-        raise RuntimeError("thumbnail encoding failed")
-    return encoded.tobytes()
-
-
-def _analyse(
-    pipeline: FramePipeline, data: bytes, max_pixels: int, face_index: int | None
-) -> tuple[ImageInfo, int, PreparedSource, bytes, bytes]:
-    """Runs in an executor: decode, find faces, pick one, prepare it for the engine; the decoded photo comes back
-    re-encoded for the store."""
-    image, info = decode_image(data, max_pixels)
-    (faces,) = pipeline.detector.process([image])
-    if not faces:
-        raise ImageRejected(422, "no face found in the image")
-    if face_index is None:
-        if len(faces) > 1:
-            raise ImageRejected(
-                422, f"found {len(faces)} faces; choose one with face_index 0..{len(faces) - 1} (by detector score)"
-            )
-        face = faces[0]
-    elif face_index < len(faces):
-        face = faces[face_index]
-    else:
-        raise ImageRejected(422, f"the image has {len(faces)} face(s); face_index {face_index} does not exist")
-    prepared = pipeline.engine.prepare(image, face)
-    return info, len(faces), prepared, _thumbnail(image, face), encode_stored(image)
-
-
 @router.post("", status_code=201, response_model=IdentityOut)
 async def create_identity(request: Request, state: StateDep, pipeline: PipelineDep) -> IdentityOut:
     """Multipart form: `image` (JPEG, PNG or WebP), optional `face_index`, optional `name`."""
@@ -170,23 +124,24 @@ async def create_identity(request: Request, state: StateDep, pipeline: PipelineD
     if sniff_format(data) is None:
         raise HTTPException(415, "unsupported image type: send a JPEG, PNG or WebP file")
 
-    info, faces, prepared, thumb, stored = await loop.run_in_executor(
-        state.control_executor, _analyse, pipeline, data, settings.max_image_pixels, face_index
+    enrolment = await loop.run_in_executor(
+        state.control_executor, enrol, pipeline, data, settings.max_image_pixels, face_index
     )
-    adding = len(stored) + len(thumb) + prepared.nbytes
+    prepared = enrolment.prepared
+    adding = len(enrolment.stored) + len(enrolment.thumbnail) + prepared.nbytes
 
     def checked_create() -> Identity:
         with _quota_lock:  # check and create as one step, so parallel uploads cannot overshoot the quota
             state.identity_quota.check(usage_of(owner), adding)
             return state.store.create(
                 name=name,
-                photo=stored,
+                photo=enrolment.stored,
                 format="png",
-                width=info.width,
-                height=info.height,
-                faces=faces,
+                width=enrolment.info.width,
+                height=enrolment.info.height,
+                faces=enrolment.faces,
                 face_index=face_index,
-                thumbnail=thumb,
+                thumbnail=enrolment.thumbnail,
                 prepared=prepared,
             )
 

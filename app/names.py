@@ -1,0 +1,45 @@
+"""Names the settings, the CLI and the runtime share, each defined once.
+
+"engine" alone is ambiguous in this project: a *swap engine* is the model family that replaces faces
+(`SwapEngineName`), a *TensorRT plan* is a compiled model file (see `engines.tensorrt`), and `engines/` is the
+model supply chain package (with its `swapcast engines` CLI group).
+"""
+
+from typing import Any, Literal, get_args
+
+from engines.precision.variants import Precision
+
+SwapEngineName = Literal["inswapper", "classic", "passthrough"]
+# "auto": inswapper when its weights are in the model directory, else classic (what `swapcast serve` runs).
+SwapEngineChoice = Literal["auto", SwapEngineName]
+# The runtimes a model can run on; "auto" picks a TensorRT plan built for this GPU, else PyTorch on CUDA,
+# else ONNX Runtime (app.runtime.backend).
+RunBackend = Literal["onnxruntime", "tensorrt", "torch"]
+BackendName = Literal["auto", RunBackend]
+
+
+def literal_values(kind: Any) -> tuple[str, ...]:
+    """Every string a Literal (or a union of Literals) allows, in order: argparse `choices` and messages."""
+    values: list[str] = []
+    for arg in get_args(kind):
+        values.extend(literal_values(arg) if get_args(arg) else [arg])
+    return tuple(values)
+
+
+SWAP_ENGINES = literal_values(SwapEngineName)
+SWAP_ENGINE_CHOICES = literal_values(SwapEngineChoice)
+BACKENDS = literal_values(BackendName)
+PRECISIONS = literal_values(Precision)
+
+__all__ = [
+    "BACKENDS",
+    "PRECISIONS",
+    "SWAP_ENGINES",
+    "SWAP_ENGINE_CHOICES",
+    "BackendName",
+    "Precision",
+    "RunBackend",
+    "SwapEngineChoice",
+    "SwapEngineName",
+    "literal_values",
+]

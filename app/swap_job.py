@@ -1,0 +1,73 @@
+"""A file job: swap the face of a source photo into an image or a video, writing the output atomically. Used by
+`swapcast swap` and `swapcast demo`."""
+
+import os
+from pathlib import Path
+
+from app.errors import UserError
+from app.pipeline.types import Image
+from app.settings import PipelineSettings
+from engines.store import ModelStore
+
+IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".webp", ".bmp"}
+VIDEO_SUFFIXES = {".mp4", ".mkv", ".mov", ".avi", ".webm", ".m4v"}
+
+
+def check_paths(source: Path, target: Path, output: Path) -> str:
+    """`image` or `video`: what the target is, once every path is known to be usable."""
+    if not source.is_file():
+        raise UserError(f"source image not found: {source}")
+    if not target.is_file():
+        raise UserError(f"target not found: {target}")
+    kind = "image" if target.suffix.lower() in IMAGE_SUFFIXES else "video"
+    wanted = IMAGE_SUFFIXES if kind == "image" else VIDEO_SUFFIXES
+    if output.suffix.lower() not in wanted:
+        raise UserError(f"output {output} must end in one of {', '.join(sorted(wanted))} for a {kind} target")
+    directory = output.parent if str(output.parent) else Path(".")
+    if not directory.is_dir():
+        raise UserError(f"output directory does not exist: {directory}")
+    if not os.access(directory, os.W_OK):
+        raise UserError(f"output directory is not writable: {directory}")
+    if output.resolve() == target.resolve():
+        raise UserError("output must not overwrite the target")
+    return kind
+
+
+def swap_file(
+    source_path: Path,
+    target: Path,
+    output: Path,
+    settings: PipelineSettings,
+    store: ModelStore,
+    *,
+    source_face: int | None = None,
+    batch_size: int = 4,
+    progress: bool = True,
+) -> str:
+    """Swap the face of `source_path` (its largest face, or the one at `source_face`) into an image or video
+    `target`, writing `output` atomically; returns a one-line summary."""
+    kind = check_paths(source_path, target, output)
+    from app.media.video_file import probe, read_image, transcode, write_image
+    from app.pipeline.factory import build_pipeline
+
+    source_image = read_image(source_path)
+    if kind == "video":
+        probe(target)  # a corrupt or non-video target fails here, before models load
+    else:
+        target_image = read_image(target)
+    pipeline = build_pipeline(settings, store)
+    source = pipeline.prepare_source(source_image, "largest" if source_face is None else source_face)
+
+    if kind == "image":
+        result = pipeline.swap_image(target_image, source)
+        write_image(output, result.image)
+        return f"swapped {len(result.faces)} face(s) -> {output}"
+
+    tracker = pipeline.new_stream()
+
+    def process(frames: list[Image]) -> list[Image]:
+        return [r.image for r in pipeline.process(frames, source, tracker)]
+
+    stats = transcode(target, output, process, batch_size=batch_size, progress=progress)
+    audio = "audio copied" if stats.audio_copied else ("audio re-encoded" if stats.audio_reencoded else "no audio")
+    return f"{stats.frames} frames at {stats.fps:.1f} fps, {audio} -> {output}"

@@ -1,0 +1,142 @@
+"""Import rules of the two packages, checked on the source with `ast` (nothing is imported):
+
+* `engines/` (the model supply chain) never imports `app/`;
+* only the CLI (`app/cli.py` and `app/commands/`) imports `app.commands`: use-cases live below the edges;
+* no import cycles among the modules of `app/` and `engines/`. Imports inside functions count too: a lazy
+  import hides a cycle from the interpreter, not from a reader. Imports under `if TYPE_CHECKING:` do not
+  count (they never run).
+"""
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+Graph = dict[str, set[str]]
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = ("app", "engines")
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _type_checking_only(node: ast.If) -> bool:
+    test = node.test
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+def _imports(tree: ast.AST, module: str, is_package: bool) -> Iterator[str]:
+    """Every module name an import statement reaches, outside `if TYPE_CHECKING:` blocks."""
+    for node in ast.iter_child_nodes(tree):
+        if isinstance(node, ast.If) and _type_checking_only(node):
+            yield from (name for child in node.orelse for name in _imports(child, module, is_package))
+            continue
+        if isinstance(node, ast.Import):
+            yield from (alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = module.split(".") if is_package else module.split(".")[:-1]
+                anchor = anchor[: len(anchor) - (node.level - 1)]
+                base = ".".join([*anchor, base] if base else anchor)
+            yield base
+            yield from (f"{base}.{alias.name}" for alias in node.names)  # `from pkg import module`
+        yield from _imports(node, module, is_package)
+
+
+def import_graph() -> Graph:
+    """Module -> the modules of both packages it imports. Importing `pkg.mod` runs `pkg/__init__` first;
+    those edges (from a module to a package above it) are left out, or every package whose __init__ imports
+    a sub-module would be a cycle."""
+    files = {module_name(p): p for package in PACKAGES for p in (ROOT / package).rglob("*.py")}
+    graph: Graph = {module: set() for module in files}
+    for module, path in files.items():
+        tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+        for target in _imports(tree, module, path.name == "__init__.py"):
+            if target in files and not _in(module, target):
+                graph[module].add(target)
+    return graph
+
+
+def cycles(graph: Graph) -> list[list[str]]:
+    """The strongly connected components with more than one module (Tarjan's algorithm)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for target in sorted(graph[node]):
+            if target not in index:
+                visit(target)
+                low[node] = min(low[node], low[target])
+            elif target in on_stack:
+                low[node] = min(low[node], index[target])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return sorted(found)
+
+
+@pytest.fixture(scope="module")
+def graph() -> Graph:
+    return import_graph()
+
+
+def edges(graph: Graph) -> list[tuple[str, str]]:
+    return sorted((source, target) for source, targets in graph.items() for target in targets)
+
+
+def _in(module: str, package: str) -> bool:
+    return module == package or module.startswith(f"{package}.")
+
+
+def test_the_graph_sees_the_packages(graph: Graph) -> None:
+    assert "app.commands" in graph["app.cli"]
+    assert "app.settings" in graph["app.pipeline.factory"]
+    assert "engines.store" in graph["engines.fetch"]
+
+
+def test_engines_never_imports_app(graph: Graph) -> None:
+    upward = sorted((a, b) for a, b in edges(graph) if _in(a, "engines") and _in(b, "app"))
+    assert upward == []
+
+
+def test_only_the_cli_imports_the_commands(graph: Graph) -> None:
+    def cli(module: str) -> bool:
+        return module == "app.cli" or _in(module, "app.commands")
+
+    outside = sorted((a, b) for a, b in edges(graph) if _in(b, "app.commands") and not cli(a))
+    assert outside == []
+
+
+def test_no_import_cycles(graph: Graph) -> None:
+    assert cycles(graph) == []
+
+
+def test_a_cycle_is_found_when_there_is_one() -> None:
+    graph: Graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert cycles(graph) == [["a", "b", "c"]]

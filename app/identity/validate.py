@@ -108,10 +108,11 @@ def read_identity(directory: Path) -> Identity:
 def check_directory(directory: Path, spec: PreparedSpec | None = None, model_key_file: str | None = None) -> None:
     """`DamagedIdentity` with the first problem found in one identity's directory."""
     identity = read_identity(directory)
-    for name, what in ((identity.image_file, "photo"), ("thumb.jpg", "thumbnail")):
-        path = directory / name
-        if not path.is_file() or path.stat().st_size == 0:
-            raise DamagedIdentity(f"the {what} is missing or empty")
+    photo = directory / identity.image_file
+    if not photo.is_file() or photo.stat().st_size == 0:
+        raise DamagedIdentity("the photo is missing or empty")
+    if not (directory / "thumb.jpg").is_file():
+        raise DamagedIdentity("the thumbnail is missing")
     for path in sorted((directory / "prepared").glob("*.npy")):
         try:
             data = np.load(path, allow_pickle=False)

@@ -17,7 +17,7 @@ import shutil
 import tempfile
 import threading
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -26,6 +26,7 @@ import numpy as np
 from app.errors import UserError
 from app.identity.images import FORMATS, ImageRejected, decode_image
 from app.identity.quota import Usage
+from app.identity.record import Identity
 from app.identity.validate import DamagedIdentity, PreparedSpec, check_directory, check_prepared, read_identity
 from app.pipeline.swap import PreparedSource
 from app.pipeline.types import Image
@@ -49,26 +50,6 @@ class IdentityNotFound(LookupError):
 
 class IdentityUnreadable(Exception):
     """An identity's files exist but cannot be used (damaged on disk, or no longer preparable)."""
-
-
-@dataclass(frozen=True)
-class Identity:
-    id: str
-    name: str
-    created: str
-    faces: int  # faces found in the photo
-    face_index: int | None  # the face chosen, None when the photo had exactly one
-    format: str
-    width: int
-    height: int
-
-    @property
-    def image_file(self) -> str:
-        return f"image.{self.format}"
-
-    @property
-    def media_type(self) -> str:
-        return FORMATS[self.format]
 
 
 def is_identity_id(value: str) -> bool:

@@ -16,11 +16,11 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from app.identity.images import FORMATS
+from app.identity.record import Identity
 from app.pipeline.align import TEMPLATES
 from app.pipeline.types import Face
 
 if TYPE_CHECKING:
-    from app.identity.store import Identity
     from app.pipeline.swap import SwapEngine
 
 MAX_STORED_NAME = 1000
@@ -59,8 +59,6 @@ def check_prepared(data: np.ndarray, spec: PreparedSpec | None) -> None:
 
 
 def _field_types() -> dict[str, tuple[type, ...]]:
-    from app.identity.store import Identity
-
     expected: dict[str, tuple[type, ...]] = {f.name: (str,) for f in fields(Identity)}
     expected.update(faces=(int,), width=(int,), height=(int,), face_index=(int, type(None)))
     return expected
@@ -69,8 +67,6 @@ def _field_types() -> dict[str, tuple[type, ...]]:
 def parse_identity(raw: Any, identity_id: str) -> Identity:
     """The identity described by parsed `meta.json`; `DamagedIdentity` for anything missing, mistyped or out of
     range (a `width` of "abc", `faces` of null, an id that is not its directory's)."""
-    from app.identity.store import Identity
-
     if not isinstance(raw, dict):
         raise DamagedIdentity("metadata is not a JSON object")
     expected = _field_types()

@@ -1,6 +1,8 @@
 """The model store the app reads models from: built once from settings by whoever starts the work (a CLI
 command, the server) and passed down; and the choice the `auto` swap engine makes from what it holds."""
 
+import importlib.util
+
 from app.errors import ModelError
 from app.names import SwapEngineName
 from app.settings import ModelStoreSettings, PipelineSettings
@@ -14,11 +16,23 @@ def open_model_store(settings: ModelStoreSettings | None = None) -> ModelStore:
 
 def resolve_swap_engine(settings: PipelineSettings, store: ModelStore) -> SwapEngineName:
     """The swap engine to run: as configured, or for `auto` inswapper when its swapper and recognizer files are
-    in the store, else classic (no weights needed)."""
+    in the store, else mesh when its landmark model is imported or importable here, else classic (no model)."""
     if settings.engine != "auto":
         return settings.engine
     try:
         present = all(store.file_path(name).is_file() for name in (settings.swapper_model, settings.recognizer_model))
     except ModelError:  # an unknown model name: not present
         present = False
-    return "inswapper" if present else "classic"
+    if present:
+        return "inswapper"
+    return "mesh" if mesh_available(settings, store) else "classic"
+
+
+def mesh_available(settings: PipelineSettings, store: ModelStore) -> bool:
+    """Whether the mesh engine's landmark model is imported, or its converter is installed to import it."""
+    try:
+        if store.status(settings.landmark_model) == "verified":
+            return True
+    except ModelError:  # an unknown model name
+        return False
+    return importlib.util.find_spec("tflite2onnx") is not None

@@ -9,8 +9,9 @@ from typing import Any, Literal, get_args
 
 from engines.precision.variants import Precision
 
-SwapEngineName = Literal["inswapper", "classic", "passthrough"]
-# "auto": inswapper when its weights are in the model directory, else classic (what `swapcast serve` runs).
+SwapEngineName = Literal["inswapper", "mesh", "classic", "passthrough"]
+# "auto": inswapper when its weights are in the model directory, else mesh when its landmark model is imported or
+# importable, else classic (what `swapcast serve` and `swapcast swap` run unless told otherwise).
 SwapEngineChoice = Literal["auto", SwapEngineName]
 # The runtimes a model can run on; "auto" picks a TensorRT plan built for this GPU, else PyTorch on CUDA,
 # else ONNX Runtime (app.runtime.backend).

@@ -31,6 +31,9 @@ class PipelineSettings(BaseSettings):
     # The swap engine (SWAPCAST_ENGINE; the field keeps that name); "auto" is resolved against the model
     # directory when the pipeline is built (app.model_store.resolve_swap_engine).
     engine: SwapEngineChoice = "classic"
+    landmark_model: str = "face_mesh_468"
+    mouth_mask: float = Field(0.0, ge=0.0, le=1.0)  # keep the target's own mouth: 0 off, 1 lips and inside
+    mesh_shape: float = Field(0.0, ge=0.0, le=1.0)  # mesh engine: inner face toward the source's proportions
     swapper_model: str = "inswapper_128"
     recognizer_model: str = "arcface_w600k_r50"
     detector_model: str = "retinaface_mnet025"

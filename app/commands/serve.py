@@ -31,7 +31,7 @@ def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None
         "--engine",
         choices=SWAP_ENGINE_CHOICES,
         default=None,
-        help="swap engine (default SWAPCAST_ENGINE, else auto: inswapper when its weights are present, else classic)",
+        help="swap engine (default SWAPCAST_ENGINE, else auto: inswapper when its weights are present, else mesh)",
     )
     p.add_argument("--identity-dir", type=Path, default=None, help="where identities are stored")
     p.add_argument("--max-sessions", type=positive_int, default=None, help="concurrent WebRTC sessions (default 4)")
@@ -96,7 +96,10 @@ def run(args: argparse.Namespace) -> int:
     port = sock.getsockname()[1]
     base = f"http://{_url_host(settings.url_host())}:{port}"
     swap_engine = settings.pipeline.engine
-    engine_note = "" if swap_engine != "classic" else " (no swap weights: the texture fallback, see `swapcast models`)"
+    engine_note = {
+        "mesh": " (no swap weights: the weightless mesh warp, see `swapcast models`)",
+        "classic": " (no swap weights and no landmark model: the texture fallback, see `swapcast models`)",
+    }.get(swap_engine, "")
     announced: set[str] = set()
 
     def announce(state: ServerState) -> None:

@@ -20,12 +20,15 @@ def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None
         "--engine",
         choices=SWAP_ENGINE_CHOICES,
         default=None,
-        help="swap engine (default SWAPCAST_ENGINE, else classic; auto: inswapper when its weights are present)",
+        help="swap engine (default SWAPCAST_ENGINE, else auto: inswapper when its weights are present, else mesh)",
     )
     p.add_argument("--swapper-model", default=None, help="registry name of the inswapper-contract model")
     p.add_argument("--recognizer-model", default=None, help="registry name of the ArcFace-contract model")
     p.add_argument("--enhancer", default=None, help="registry name of a Real-ESRGAN model, or 'none'")
     p.add_argument("--enhance-blend", type=unit_fraction, default=None, help="0..1, share of the super-resolved face")
+    p.add_argument(
+        "--mouth-mask", type=unit_fraction, default=None, help="0..1, keep the target's own mouth (default 0)"
+    )
     p.add_argument("--faces", choices=("all", "largest"), default=None, help="which target faces to swap")
     p.add_argument(
         "--source-face",
@@ -47,6 +50,7 @@ def _settings(args: argparse.Namespace) -> PipelineSettings:
         "swapper_model": args.swapper_model,
         "recognizer_model": args.recognizer_model,
         "enhance_blend": args.enhance_blend,
+        "mouth_mask": args.mouth_mask,
         "faces": args.faces,
         "detect_interval": args.detect_interval,
     }
@@ -54,10 +58,14 @@ def _settings(args: argparse.Namespace) -> PipelineSettings:
     if args.enhancer is not None:
         values["enhancer_model"] = None if args.enhancer.lower() == "none" else args.enhancer
     try:
-        return PipelineSettings.model_validate(values)
+        settings = PipelineSettings.model_validate(values)
     except ValidationError as exc:
         first = exc.errors()[0]
         raise UserError(f"invalid option {first['loc'][0]}: {first['msg']}") from None
+    # Like `swapcast serve`, an engine named nowhere is `auto` (the pipeline's own default stays classic).
+    if "engine" not in settings.model_fields_set:
+        settings = settings.model_copy(update={"engine": "auto"})
+    return settings
 
 
 def run(args: argparse.Namespace) -> int:

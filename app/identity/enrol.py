@@ -6,7 +6,9 @@ from dataclasses import dataclass
 import cv2
 import numpy as np
 
+from app.errors import UserError
 from app.identity.images import ImageInfo, ImageRejected, decode_image, encode_stored
+from app.identity.photo_check import source_warnings
 from app.identity.store import Prepare
 from app.pipeline.face_choice import FaceChoiceError, choose_face, enrolled_choice
 from app.pipeline.pipeline import FramePipeline
@@ -23,6 +25,7 @@ class Enrolment:
     prepared: PreparedSource
     thumbnail: bytes
     stored: bytes  # the decoded photo as PNG: what the store keeps, never the uploaded bytes
+    warnings: list[str]  # why this photo may swap badly (app.identity.photo_check); it is still enrolled
 
 
 def thumbnail(image: Image, face: Face) -> bytes:
@@ -53,8 +56,13 @@ def enrol(pipeline: FramePipeline, data: bytes, max_pixels: int, face_index: int
         face = choose_face(faces, enrolled_choice(face_index))
     except FaceChoiceError as exc:
         raise ImageRejected(422, str(exc)) from None
-    prepared = pipeline.engine.prepare(image, face)
-    return Enrolment(info, len(faces), prepared, thumbnail(image, face), encode_stored(image))
+    try:
+        prepared = pipeline.engine.prepare(image, face)
+    except UserError as exc:  # the engine cannot use this face (e.g. no dense landmarks on it)
+        raise ImageRejected(422, str(exc)) from None
+    return Enrolment(
+        info, len(faces), prepared, thumbnail(image, face), encode_stored(image), source_warnings(prepared)
+    )
 
 
 def re_preparer(pipeline: FramePipeline) -> Prepare:

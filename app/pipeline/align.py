@@ -26,11 +26,20 @@ TEMPLATES: dict[str, np.ndarray] = {
         [[0.35473214, 0.45658929], [0.64526786, 0.45658929], [0.50000000, 0.61154464],
          [0.37913393, 0.77687500], [0.62086607, 0.77687500]]
     ),
+    # MediaPipe's face mesh ROI: the canonical mesh's five points, frontal, in its landmark box × 1.5
+    # (app.pipeline.landmarks.mesh_template computes these from the canonical mesh).
+    "face_mesh": np.array(
+        [[0.38107872, 0.37940800], [0.61892130, 0.37940800], [0.50000000, 0.52098554],
+         [0.40730490, 0.64234495], [0.59269506, 0.64234495]]
+    ),
     "ffhq_512": np.array(
         [[0.37691676, 0.46864664], [0.62285697, 0.46912813], [0.50123859, 0.61331904],
          [0.39308822, 0.72541100], [0.61150205, 0.72490465]]
     ),
 }  # fmt: skip
+# The mesh engine's crop: the face_mesh ROI framed tighter (landmark box × 1.2 instead of × 1.5), so paste-back
+# touches 0.64× the pixels; the landmark model still sees its own framing (app.pipeline.landmarks.CropLandmarks).
+TEMPLATES["face_mesh_tight"] = (TEMPLATES["face_mesh"] - 0.5) * (1.5 / 1.2) + 0.5
 
 
 @dataclass(frozen=True)

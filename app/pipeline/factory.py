@@ -6,9 +6,13 @@ from pathlib import Path
 from prometheus_client import CollectorRegistry
 
 from app.model_store import resolve_swap_engine
+from app.names import SwapEngineName
 from app.pipeline.batching import BatchedStage, BatchSettings
 from app.pipeline.detect import DetectorConfig, RetinaFaceDetector
 from app.pipeline.enhance import EnhanceConfig, RealEsrganEnhancer
+from app.pipeline.landmarks import FaceMeshLandmarker
+from app.pipeline.mesh import MeshConfig, MeshEngine
+from app.pipeline.mouth import MouthKeepingEngine
 from app.pipeline.paste import PasteConfig
 from app.pipeline.pipeline import FramePipeline, PipelineConfig, Stages
 from app.pipeline.recognize import ArcFaceRecognizer
@@ -51,8 +55,27 @@ def load_batchable(store: ModelStore, name: str, settings: PipelineSettings) -> 
     return _load(runnable, settings, source=files.model, source_sha256=files.sha256)
 
 
+def load_landmarker(store: ModelStore, settings: PipelineSettings) -> FaceMeshLandmarker:
+    return FaceMeshLandmarker(load_model(store, settings.landmark_model, settings))
+
+
 def build_swap_engine(settings: PipelineSettings, store: ModelStore) -> SwapEngine:
+    """The swap engine `settings` name (`auto` resolved by app.model_store.resolve_swap_engine); with a mouth
+    mask, engines that keep no mouth of their own are wrapped to give the target's mouth back."""
     swap_engine = resolve_swap_engine(settings, store)
+    if swap_engine == "mesh":
+        config = MeshConfig(
+            mouth_mask=settings.mouth_mask, color_strength=settings.color_strength, shape=settings.mesh_shape
+        )
+        return MeshEngine(load_landmarker(store, settings), config)
+    engine = _mouthless_engine(swap_engine, settings, store)
+    if settings.mouth_mask > 0:
+        return MouthKeepingEngine(engine, load_landmarker(store, settings), settings.mouth_mask)
+    return engine
+
+
+def _mouthless_engine(swap_engine: SwapEngineName, settings: PipelineSettings, store: ModelStore) -> SwapEngine:
+    """The engines that keep no mouth of their own: classic, passthrough, inswapper."""
     if swap_engine == "classic":
         return ClassicEngine()
     if swap_engine == "passthrough":
@@ -94,7 +117,8 @@ def build_pipeline(
     config = PipelineConfig(
         faces=settings.faces,
         tracker=replace(TrackerConfig(), detect_interval=settings.detect_interval),
-        paste=PasteConfig(mask=mask, color_strength=settings.color_strength),
+        # The mesh engine matches colour under its own face mask: paste-back leaves its crops as they are.
+        paste=PasteConfig(mask=mask, color_strength=0.0 if engine.name == "mesh" else settings.color_strength),
     )
     if batching is None:
         return FramePipeline(detector, engine, crops, config)

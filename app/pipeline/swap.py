@@ -49,7 +49,7 @@ class SwapEngine(Protocol):
     def close(self) -> None: ...
 
 
-def _check_sources(engine: SwapEngine, batch: list[SwapItem]) -> None:
+def check_sources(engine: SwapEngine, batch: list[SwapItem]) -> None:
     for item in batch:
         if item.source.model_key != engine.model_key:
             raise ValueError(
@@ -99,7 +99,7 @@ class InswapperEngine:
     def process(self, batch: list[SwapItem], *, session: str = DEFAULT_SESSION) -> list[Image]:
         if not batch:
             return []
-        _check_sources(self, batch)
+        check_sources(self, batch)
         crops = np.stack([item.crop for item in batch])[..., ::-1].astype(np.float32) / 255.0
         latents = np.stack([item.source.data for item in batch])
         names = self.swapper.input_names
@@ -129,7 +129,7 @@ class ClassicEngine:
         return PreparedSource(self.name, self.model_key, texture)
 
     def process(self, batch: list[SwapItem], *, session: str = DEFAULT_SESSION) -> list[Image]:
-        _check_sources(self, batch)
+        check_sources(self, batch)
         out = []
         for item in batch:
             texture = item.source.data

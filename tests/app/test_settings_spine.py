@@ -19,7 +19,7 @@ from engines.store import ModelStore
 
 
 def test_names_are_defined_once_and_reused() -> None:
-    assert SWAP_ENGINES == ("inswapper", "classic", "passthrough")
+    assert SWAP_ENGINES == ("inswapper", "mesh", "classic", "passthrough")
     assert ("auto", *SWAP_ENGINES) == SWAP_ENGINE_CHOICES
     assert BACKENDS == ("auto", "onnxruntime", "tensorrt", "torch")
     assert PRECISIONS == ("fp32", "fp16", "int8")
@@ -46,12 +46,27 @@ def test_threads_come_from_the_settings_only(monkeypatch: pytest.MonkeyPatch) ->
 def test_auto_engine_is_inswapper_only_when_its_files_are_present(tmp_path: Path) -> None:
     store = ModelStore(tmp_path)
     settings = PipelineSettings(engine="auto")
-    assert resolve_swap_engine(settings, store) == "classic"
+    assert resolve_swap_engine(settings, store) == "mesh"  # no swap weights; the landmark model is importable
     for name in (settings.swapper_model, settings.recognizer_model):
         (tmp_path / get_entry(name).file).write_bytes(b"weights")
     assert resolve_swap_engine(settings, store) == "inswapper"
     assert resolve_swap_engine(settings.model_copy(update={"engine": "passthrough"}), store) == "passthrough"
-    assert resolve_swap_engine(settings.model_copy(update={"swapper_model": "no_such_model"}), store) == "classic"
+    assert resolve_swap_engine(settings.model_copy(update={"swapper_model": "no_such_model"}), store) == "mesh"
+
+
+def test_auto_engine_is_classic_without_swap_weights_or_landmark_model(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import importlib.util
+
+    real_find_spec = importlib.util.find_spec
+    # The landmark converter not installed here, and the landmark model not imported.
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name: None if name == "tflite2onnx" else real_find_spec(name)
+    )
+    store = ModelStore(tmp_path)
+    assert resolve_swap_engine(PipelineSettings(engine="auto"), store) == "classic"
+    assert resolve_swap_engine(PipelineSettings(engine="auto", landmark_model="no_such_model"), store) == "classic"
 
 
 def _serve_settings(argv: list[str]) -> str:
@@ -62,7 +77,7 @@ def _serve_settings(argv: list[str]) -> str:
 def test_serve_runs_auto_unless_the_engine_is_set(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SWAPCAST_MODEL_DIR", str(tmp_path))
     monkeypatch.delenv("SWAPCAST_ENGINE", raising=False)
-    assert _serve_settings([]) == "classic"  # auto, and no swap weights in this directory
+    assert _serve_settings([]) == "mesh"  # auto, and no swap weights in this directory
     for name in ("inswapper_128", "arcface_w600k_r50"):
         (tmp_path / get_entry(name).file).write_bytes(b"weights")
     assert _serve_settings([]) == "inswapper"

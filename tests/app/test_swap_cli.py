@@ -10,6 +10,7 @@ import pytest
 from app.cli import main
 from app.media.clips import load_sample, make_motion_clip, write_clip
 from app.media.video_file import probe, read_frames, read_image, write_image
+from engines.store import ModelStore
 
 
 @pytest.fixture(scope="module")
@@ -105,3 +106,40 @@ def test_bad_input_gives_one_line_and_no_output(case: str, media: dict[str, Path
     assert "Traceback" not in result.stderr
     assert not out.exists()
     assert set(tmp_path.rglob("*")) == before, "nothing may be left behind"
+
+
+def test_mesh_is_the_default_and_the_mouth_mask_keeps_the_target_mouth(
+    media: dict[str, Path], tmp_path: Path, store: ModelStore
+) -> None:
+    from app.pipeline.align import AlignSpec, estimate_matrix, warp_crop
+    from app.pipeline.detect import DetectorConfig, RetinaFaceDetector
+    from app.pipeline.landmarks import FaceMeshLandmarker
+    from app.pipeline.mouth import mouth_region
+    from app.runtime.onnx import OnnxModel
+
+    target = tmp_path / "astronaut.png"
+    write_image(target, load_sample("astronaut"))
+    source = tmp_path / "t1.jpg"
+    write_image(source, read_image(media["image"]))
+    plain, kept = tmp_path / "plain.png", tmp_path / "kept.png"
+    base = ["swap", "--source", str(source), "--target", str(target), "--source-face", "0"]
+    assert main([*base, "--output", str(plain)]) == 0  # no --engine: the mesh engine
+    assert main([*base, "--output", str(kept), "--mouth-mask", "1"]) == 0
+    original, swapped, with_mouth = read_image(target), read_image(plain), read_image(kept)
+    # Where the mesh engine changed the lips, the mouth mask gives them back.
+    face = RetinaFaceDetector(OnnxModel(store.ensure("retinaface_mnet025"), threads=1), DetectorConfig()).process(
+        [original]
+    )[0][0]
+    spec = AlignSpec("face_mesh", 256)
+    matrix = estimate_matrix(face.landmarks, spec)
+    crops = [warp_crop(image, matrix, 256) for image in (original, swapped, with_mouth)]
+    (mesh,) = FaceMeshLandmarker(OnnxModel(store.ensure("face_mesh_468"), threads=1)).process([crops[0]])
+    assert mesh is not None
+    lips = mouth_region(mesh, (256, 256)) >= 0.999
+    changed = np.abs(crops[1][lips].astype(int) - crops[0][lips].astype(int)).mean()
+    left = np.abs(crops[2][lips].astype(int) - crops[0][lips].astype(int)).mean()
+    assert changed > 8.0 and left < 0.3 * changed, (changed, left)
+    with pytest.raises(SystemExit) as refused:  # out of range: refused while parsing, one error line
+        main([*base, "--output", str(tmp_path / "bad.png"), "--mouth-mask", "2"])
+    assert refused.value.code != 0
+    assert not (tmp_path / "bad.png").exists()

@@ -42,9 +42,9 @@ def test_serve_prints_urls_becomes_ready_and_stops_on_sigterm(tmp_path: Path, mo
         text = "\n".join(lines)
         assert f"page        {base}/" in text
         assert "RTSP        off (disabled by SWAPCAST_RTSP_ENABLED=false)" in text
-        assert "engine      classic" in text  # no swap weights in the test model directory
+        assert "engine      mesh" in text  # no swap weights in the test model directory: the weightless default
         assert f"identities  {identity_dir}" in text
-        assert httpx.get(f"{base}/readyz").json()["engine"] == "classic"
+        assert httpx.get(f"{base}/readyz").json()["engine"] == "mesh"
         assert "swapcast" in httpx.get(f"{base}/").text
         assert identity_dir.is_dir()
     finally:

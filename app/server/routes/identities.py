@@ -38,9 +38,10 @@ class IdentityOut(BaseModel):
     created: str
     width: int
     height: int
+    warnings: list[str] = []  # why this photo may swap badly (open mouth, closed eyes); given on upload
 
     @classmethod
-    def of(cls, identity: Identity, model_key: str | None) -> "IdentityOut":
+    def of(cls, identity: Identity, model_key: str | None, warnings: list[str] | None = None) -> "IdentityOut":
         return cls(
             id=identity.id,
             name=identity.name,
@@ -50,6 +51,7 @@ class IdentityOut(BaseModel):
             created=identity.created,
             width=identity.width,
             height=identity.height,
+            warnings=warnings or [],
         )
 
 
@@ -147,7 +149,7 @@ async def create_identity(request: Request, state: StateDep, pipeline: PipelineD
 
     identity = await loop.run_in_executor(state.control_executor, checked_create)
     state.cache.put(identity.id, prepared.model_key, prepared)
-    return IdentityOut.of(identity, prepared.model_key)
+    return IdentityOut.of(identity, prepared.model_key, enrolment.warnings)
 
 
 def _model_key(state: StateDep) -> str | None:

@@ -1,0 +1,199 @@
+"""The `mesh` swap engine: no trained swap network. The source face's texture is warped onto the target's
+468-point face mesh, so the target's expression and head pose are followed, while the target keeps its own
+mouth interior and eye openings.
+
+Per face: dense landmarks on the target crop (one model pass: a fixed warp frames the crop as the landmark
+model wants), the piecewise-affine maps on a small grid (app.pipeline.mesh_warp), one remap of the source
+texture, colour matched to the target in LAB on thumbnails, and a blend through a mask defined in canonical
+texture space (brows to chin, inside the cheek silhouette) minus the target's mouth and eye openings.
+Measured by `swapcast bench-quality`; prototype figures are in the README's engines section.
+"""
+
+from dataclasses import dataclass
+
+import cv2
+import numpy as np
+import numpy.typing as npt
+from skimage.transform import SimilarityTransform
+
+from app.errors import UserError
+from app.pipeline.align import AlignSpec, estimate_matrix, transform_points, warp_crop
+from app.pipeline.color import lab_stats, transfer_color
+from app.pipeline.landmarks import CropLandmarks, FaceMeshLandmarker, Mesh, five_points
+from app.pipeline.mesh_warp import (
+    FACE_OVAL,
+    LEFT_EYE_OPENING,
+    MOUTH_OPENING,
+    RIGHT_EYE_OPENING,
+    hole_mask,
+    mesh_maps,
+    sample_uv_mask,
+    upsample,
+    uv_mask,
+)
+from app.pipeline.mouth import OUTER_LIPS, mouth_region
+from app.pipeline.stage import DEFAULT_SESSION
+from app.pipeline.swap import PreparedSource, SwapItem, check_sources
+from app.pipeline.types import Face, Image
+
+STATS_SIZE = 64  # colour statistics on thumbnails: the same means and spreads, far cheaper
+GAIN_LIMITS = (0.67, 1.5)
+CROP_FRAMING = 1.2  # the crop's side over the face's landmark box (the face_mesh_tight template)
+
+
+@dataclass(frozen=True)
+class MeshConfig:
+    size: int = 288  # crop side: the face (its landmark box) spans 1/1.2 of it, 240 px
+    grid_face: int = 160  # geometry is computed with the face at most this many pixels wide, maps upsampled
+    hole_feather: float = 0.006  # sigma of the mouth/eye hole edges, as a fraction of the crop
+    keep_eyes: float = 1.0  # show the target's own eyes (gaze, blinks) inside the lids: 0 the source's .. 1
+    mouth_mask: float = 0.0  # keep the target's own lips too (app.pipeline.mouth): 0 off .. 1
+    shape: float = 0.0  # pull the inner face toward the source's proportions (lips, lids, outline stay): 0 .. 1
+    color_strength: float = 1.0
+
+
+def source_record_dtype(size: int) -> np.dtype:
+    """A prepared source: the aligned texture and its landmarks, one record (stored as one .npy)."""
+    return np.dtype([("texture", np.uint8, (size, size, 3)), ("mesh", np.float32, (468, 3))])
+
+
+class MeshEngine:
+    """Weightless swap that follows expression and pose. See the module docstring."""
+
+    name = "mesh"
+
+    def __init__(self, landmarker: FaceMeshLandmarker, config: MeshConfig | None = None) -> None:
+        self.landmarker = landmarker
+        self.config = config or MeshConfig()
+        self.align = AlignSpec("face_mesh_tight", self.config.size)
+        self.model_key = f"mesh:{self.config.size}"
+        self.crop_landmarks = CropLandmarks(landmarker, self.align)
+        # geometry on a grid where the face is at most grid_face pixels; `scale` crop pixels per grid pixel
+        factor = max(1, int(np.ceil(self.config.size / CROP_FRAMING / self.config.grid_face)))
+        self.grid = int(np.ceil(self.config.size / factor))
+        self.scale = self.config.size / self.grid
+
+    def prepare(self, image: Image, face: Face) -> PreparedSource:
+        """The source texture, framed by a second landmark pass (the detector's five points frame it roughly)."""
+        spec = self.align
+        matrix = estimate_matrix(face.landmarks, spec)
+        crop = warp_crop(image, matrix, spec.size)
+        (mesh,) = self.crop_landmarks.process([crop])
+        if mesh is not None:
+            refined = transform_points(five_points(mesh), cv2.invertAffineTransform(matrix)).astype(np.float32)
+            crop = warp_crop(image, estimate_matrix(refined, spec), spec.size)
+            (again,) = self.crop_landmarks.process([crop])
+            mesh = again if again is not None else None
+        if mesh is None:
+            raise UserError("the face landmark model finds no face in this photo: use a sharper, more frontal one")
+        record = np.zeros(1, source_record_dtype(spec.size))
+        record["texture"][0] = crop
+        record["mesh"][0] = mesh
+        return PreparedSource(self.name, self.model_key, record)
+
+    def close(self) -> None:
+        self.landmarker.close()
+
+    def process(self, batch: list[SwapItem], *, session: str = DEFAULT_SESSION) -> list[Image]:
+        check_sources(self, batch)
+        meshes = self.crop_landmarks.process([item.crop for item in batch])
+        return [
+            item.crop.copy() if mesh is None else self.swap_one(item.crop, item.source.data, mesh)
+            for item, mesh in zip(batch, meshes, strict=True)
+        ]
+
+    def swap_one(self, target: Image, record: npt.NDArray[np.void], target_mesh: Mesh) -> Image:
+        size, grid, scale = self.config.size, self.grid, self.scale
+        texture = record["texture"][0]
+        source_mesh = record["mesh"][0]
+        geometry = shaped(target_mesh, source_mesh, self.config.shape) if self.config.shape > 0 else target_mesh
+        maps = mesh_maps(geometry, source_mesh, grid, scale)
+        mask = sample_uv_mask(maps, uv_mask())
+        mask *= 1.0 - self._holes(target_mesh)
+        if self.config.mouth_mask > 0:
+            on_grid = (target_mesh[:, :2] + 0.5) / scale - 0.5
+            mask *= 1.0 - self.config.mouth_mask * mouth_region(on_grid, mask.shape[:2])
+        full_mask = upsample(mask, size)
+        if float(full_mask.max()) <= 0.0:
+            return target.copy()
+        warped = cv2.remap(
+            texture,
+            upsample(maps.source_x, size),
+            upsample(maps.source_y, size),
+            cv2.INTER_LINEAR,
+            borderMode=cv2.BORDER_REPLICATE,
+        )
+        return self._blend(target, np.asarray(warped, np.uint8), full_mask)
+
+    def _holes(self, mesh: Mesh) -> npt.NDArray[np.float32]:
+        """Where the target shows through: its mouth opening, and its eye openings by `keep_eyes`."""
+        mouth = hole_mask(mesh, (MOUTH_OPENING,), self.grid, self.scale)
+        # grow the mouth a little before feathering, so the blend's ramp lies on the lips, not in the mouth
+        mask = np.asarray(cv2.dilate(mouth, np.ones((3, 3), np.uint8)), np.float32)
+        if self.config.keep_eyes > 0:
+            eyes = hole_mask(mesh, (LEFT_EYE_OPENING, RIGHT_EYE_OPENING), self.grid, self.scale)
+            mask = np.maximum(mask, eyes * self.config.keep_eyes)
+        sigma = max(0.5, self.config.hole_feather * self.config.size / self.scale)
+        return np.asarray(cv2.GaussianBlur(mask, (0, 0), sigmaX=sigma, sigmaY=sigma), np.float32)
+
+    def _blend(self, target: Image, warped: Image, mask: npt.NDArray[np.float32]) -> Image:
+        """Colour-match `warped` to `target` under the mask, then blend, working only inside the mask's box."""
+        rows = np.flatnonzero(mask.max(axis=1) > 0)
+        cols = np.flatnonzero(mask.max(axis=0) > 0)
+        y0, y1, x0, x1 = rows[0], rows[-1] + 1, cols[0], cols[-1] + 1
+        alpha = mask[y0:y1, x0:x1]
+        face, under = warped[y0:y1, x0:x1], target[y0:y1, x0:x1]
+        if self.config.color_strength > 0:
+            small_alpha = np.asarray(_thumbnail(alpha), np.float32)
+            face_stats = lab_stats(np.asarray(_thumbnail(face), np.uint8), small_alpha)
+            target_stats = lab_stats(np.asarray(_thumbnail(under), np.uint8), small_alpha)
+            # Spreads are matched within limits: a fully stretched chroma spread turned pale skin blotchy on
+            # the sample photos.
+            low, high = face_stats[1] * GAIN_LIMITS[0], face_stats[1] * GAIN_LIMITS[1]
+            spread = np.minimum(np.maximum(target_stats[1], low), high)
+            target_stats = (target_stats[0], spread)
+            moved = transfer_color(face, face_stats, target_stats, self.config.color_strength)
+        else:
+            moved = face.astype(np.float32)
+        out = target.copy()
+        base = under.astype(np.float32)
+        out[y0:y1, x0:x1] = np.clip(base + alpha[..., None] * (moved - base) + 0.5, 0, 255).astype(np.uint8)
+        return out
+
+
+_KEPT_IN_PLACE = np.array(
+    sorted({*FACE_OVAL, *OUTER_LIPS, *MOUTH_OPENING, *LEFT_EYE_OPENING, *RIGHT_EYE_OPENING}), np.int64
+)
+
+
+def shaped(target_mesh: np.ndarray, source_mesh: np.ndarray, amount: float) -> np.ndarray:
+    """The target mesh with its inner vertices moved `amount` of the way to the source's, the source mesh laid
+    onto the target by a similarity fit; the outline, lips and eyelids stay where the target has them, so
+    expression and the blend's edge are unchanged."""
+    target_xy = np.asarray(target_mesh, np.float64)[:, :2]
+    source_xy = np.asarray(source_mesh, np.float64)[:, :2]
+    laid = SimilarityTransform.from_estimate(source_xy, target_xy)(source_xy)  # least squares (Umeyama)
+    moved = np.array(target_mesh, np.float32, copy=True)
+    weight = np.full(len(moved), float(np.clip(amount, 0.0, 1.0)))
+    weight[_KEPT_IN_PLACE] = 0.0
+    moved[:, :2] = target_xy + weight[:, None] * (laid - target_xy)
+    return moved
+
+
+def _thumbnail(image: np.ndarray) -> np.ndarray:
+    return np.asarray(cv2.resize(image, (STATS_SIZE, STATS_SIZE), interpolation=cv2.INTER_AREA))
+
+
+def openness(mesh: np.ndarray) -> dict[str, float]:
+    """Eye and mouth opening of a mesh, each as the gap over the width of its opening (0 = shut)."""
+    xy = np.asarray(mesh, np.float64)[:, :2]
+
+    def ratio(top: int, bottom: int, left: int, right: int) -> float:
+        gap = float(np.linalg.norm(xy[top] - xy[bottom]))
+        return gap / max(float(np.linalg.norm(xy[left] - xy[right])), 1e-6)
+
+    return {
+        "left_eye": ratio(159, 145, 33, 133),
+        "right_eye": ratio(386, 374, 362, 263),
+        "mouth": ratio(13, 14, 78, 308),
+    }

@@ -69,22 +69,23 @@ def _temporary_name(dst: Path, suffix: str) -> Path:
 
 
 @contextmanager
-def atomic_path(dst: Path, suffix: str = ".tmp") -> Iterator[Path]:
+def atomic_path(dst: Path, suffix: str = ".tmp", mode: int | None = None) -> Iterator[Path]:
     """A new, empty temporary file beside `dst` to write to (and check) inside the block; flushed and
     renamed onto `dst` when the block ends normally, removed when it raises. `suffix` ends the temporary
-    name, for writers that choose a format by it (numpy appends `.npz` to a name without it)."""
+    name, for writers that choose a format by it (numpy appends `.npz` to a name without it). `mode`
+    (default: a new file's) is set before the rename, so a private file is never readable by others."""
     dst = Path(dst)
     dst.parent.mkdir(parents=True, exist_ok=True)
     while True:
         tmp = _temporary_name(dst, suffix)
         try:
-            os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
+            os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666 if mode is None else mode))
             break
         except FileExistsError:
             continue
     try:
         yield tmp
-        replace_file(tmp, dst)
+        replace_file(tmp, dst, mode)
     finally:
         tmp.unlink(missing_ok=True)
 
@@ -99,12 +100,13 @@ def write_text_atomic(dst: Path, text: str) -> Path:
     return write_bytes_atomic(dst, text.encode("utf-8"))
 
 
-def replace_file(src: Path, dst: Path) -> Path:
+def replace_file(src: Path, dst: Path, mode: int | None = None) -> Path:
     """Move a finished file (a completed download, a model made in a work folder) onto `dst`: its data is
-    flushed, its mode made that of a new file, the rename flushed. Both must be on one file system."""
+    flushed, its mode made `mode` (default: that of a new file), the rename flushed. Both must be on one
+    file system."""
     src, dst = Path(src), Path(dst)
     fsync_file(src)
-    os.chmod(src, new_file_mode())
+    os.chmod(src, new_file_mode() if mode is None else mode)
     os.replace(src, dst)
     _fsync_parents(src, dst)
     return dst

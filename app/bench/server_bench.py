@@ -139,6 +139,7 @@ def _serve(kind: str, identity_dir: str) -> None:
     if kind == ECHO:
         app = _echo_app()
     else:
+        from app.auth.settings import AccessSettings
         from app.server.app import create_app
         from app.server.settings import ServerSettings
         from app.settings import PipelineSettings
@@ -148,6 +149,8 @@ def _serve(kind: str, identity_dir: str) -> None:
             rtsp_enabled=False,
             max_sessions=16,
             pipeline=PipelineSettings(engine=kind),
+            # The benchmark's own loopback server runs in local mode, whatever keys the user has made.
+            access=AccessSettings(keys_file=Path(identity_dir) / "no-keys.json"),
         )
         app = create_app(settings)
     sock = socket.socket()
@@ -255,7 +258,12 @@ def _upload_identity(server: ServerProcess) -> None:
     ok, png = cv2.imencode(".png", load_sample("tom_hanks"))
     if not ok:
         raise RuntimeError("cannot encode the identity photo")
-    response = httpx.post(f"{server.base_url}/v1/identities", files={"image": ("tom.png", png.tobytes())}, timeout=60)
+    response = httpx.post(
+        f"{server.base_url}/v1/identities",
+        files={"image": ("tom.png", png.tobytes())},
+        headers={"X-Swapcast": "1"},  # a form POST without it is refused as possibly cross-site
+        timeout=60,
+    )
     response.raise_for_status()
     server.identity = response.json()["id"]
 

@@ -18,6 +18,7 @@ def _commands() -> list[Register]:
         bench_upload,
         demo,
         engines_group,
+        keys,
         models,
         serve,
         swap,
@@ -25,6 +26,7 @@ def _commands() -> list[Register]:
 
     return [
         serve.register,
+        keys.register,
         demo.register,
         swap.register,
         models.register,

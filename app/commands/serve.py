@@ -87,14 +87,17 @@ def listen(host: str, port: int) -> socket.socket:
 def run(args: argparse.Namespace) -> int:
     import uvicorn
 
+    from app.auth.access import Access
     from app.server.app import create_app
     from app.server.connections import uvicorn_options
     from app.server.state import ServerState
 
     settings = build_settings(args)
+    check_access(settings)
     sock = listen(settings.host, settings.port)
     port = sock.getsockname()[1]
-    base = f"http://{_url_host(settings.url_host())}:{port}"
+    scheme = "https" if settings.access.tls else "http"
+    base = f"{scheme}://{_url_host(settings.url_host())}:{port}"
     swap_engine = settings.pipeline.engine
     engine_note = {
         "mesh": " (no swap weights: the weightless mesh warp, see `swapcast models`)",
@@ -116,6 +119,12 @@ def run(args: argparse.Namespace) -> int:
             print(f"  RTSP        {rtsp}", flush=True)
             print(f"  engine      {swap_engine}{engine_note}", flush=True)
             print(f"  identities  {settings.identity_dir}", flush=True)
+            print(f"  access      {access.describe()}", flush=True)
+            if metrics_server is not None:
+                metrics_url = f"http://127.0.0.1:{metrics_server.server_port}/metrics"
+                print(f"  metrics     {metrics_url} (loopback only, no credentials)", flush=True)
+            audit = settings.access.audit_log or "off (SWAPCAST_AUDIT_LOG=stdout or a file)"
+            print(f"  audit log   {audit}", flush=True)
             print("  loading models; /readyz answers 200 once they are warm", flush=True)
         if state.ready and "ready" not in announced:
             announced.add("ready")
@@ -125,13 +134,28 @@ def run(args: argparse.Namespace) -> int:
             print(f"swapcast: not ready: {state.not_ready_reason}", file=sys.stderr, flush=True)
 
     app = create_app(settings, on_change=announce)
+    access: Access = app.state.access
+    metrics_server = None
+    if settings.access.metrics_port is not None:
+        from prometheus_client import start_http_server
+
+        try:
+            metrics_server, _ = start_http_server(
+                settings.access.metrics_port, addr="127.0.0.1", registry=app.state.swapcast.metrics.registry
+            )
+        except OSError as exc:
+            sock.close()
+            raise UserError(f"cannot serve metrics on 127.0.0.1:{settings.access.metrics_port}: {exc}") from None
     verbose = logging.getLogger().isEnabledFor(logging.DEBUG)
+    tls = settings.access
     config = uvicorn.Config(
         app,
         log_level="debug" if verbose else "warning",
         access_log=verbose,
         timeout_graceful_shutdown=max(1, round(settings.shutdown_grace_s)),
         **uvicorn_options(settings.connection_limits()),
+        ssl_certfile=str(tls.tls_cert) if tls.tls_cert else None,
+        ssl_keyfile=str(tls.tls_key) if tls.tls_key else None,
     )
     server = uvicorn.Server(config)
     stops: list[int] = []
@@ -142,10 +166,46 @@ def run(args: argparse.Namespace) -> int:
         server.run(sockets=[sock])
     finally:
         sock.close()
+        if metrics_server is not None:
+            metrics_server.shutdown()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     print("swapcast: stopped", flush=True)
     return 0
+
+
+def check_access(settings: "ServerSettings") -> None:
+    """Refuse to serve a non-loopback address with no credentials configured; warn loudly when told to anyway."""
+    from app.auth.access import refusal_to_serve
+    from app.auth.keys import KeyStore, KeyStoreError
+    from app.auth.settings import is_loopback
+
+    access = settings.access
+    keys = KeyStore(access.keys_file)
+    try:
+        refusal = refusal_to_serve(access, settings.host, keys)
+        anonymous = access.allow_anonymous and not is_loopback(settings.host) and not keys.has_active()
+    except KeyStoreError as exc:
+        raise UserError(str(exc)) from None
+    if refusal is not None:
+        raise UserError(refusal)
+    if anonymous and not access.jwt_configured:
+        print(
+            f"swapcast: WARNING: SWAPCAST_ALLOW_ANONYMOUS=true: anyone who can reach {settings.host} can use, "
+            "watch and delete everything on this server",
+            file=sys.stderr,
+            flush=True,
+        )
+    for path in (access.tls_cert, access.tls_key):
+        if path is not None and not path.is_file():
+            raise UserError(f"TLS file not found: {path}")
+    if access.jwt_configured:
+        from app.auth.tokens import TokenConfigError, TokenVerifier
+
+        try:
+            TokenVerifier(access)
+        except (TokenConfigError, OSError) as exc:
+            raise UserError(f"JWT settings: {exc}") from None
 
 
 def _url_host(host: str) -> str:

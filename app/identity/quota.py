@@ -1,7 +1,6 @@
 """Per-owner storage quotas for identities: how many, and how many bytes on disk.
 
-`usage_of(owner)` says what an owner holds now; the store's own sum is the default while one local owner holds
-everything, and an ownership-aware store passes its per-owner sum instead.
+`usage_of(owner)` says what an owner holds now: the store's sum over the identities that owner created.
 """
 
 from collections.abc import Callable

@@ -15,6 +15,8 @@ class Identity:
     format: str
     width: int
     height: int
+    # The principal that created it; None for identities stored before owners were recorded (admin only).
+    owner: str | None = None
 
     @property
     def image_file(self) -> str:

@@ -93,6 +93,7 @@ class IdentityStore:
         face_index: int | None,
         thumbnail: bytes,
         prepared: PreparedSource,
+        owner: str | None = None,
     ) -> Identity:
         if format not in FORMATS:
             raise ValueError(f"unknown image format {format!r}")
@@ -105,6 +106,7 @@ class IdentityStore:
             format=format,
             width=width,
             height=height,
+            owner=owner,
         )
         self.root.mkdir(parents=True, exist_ok=True)
         staging = Path(tempfile.mkdtemp(prefix=".tmp-", dir=self.root))
@@ -169,15 +171,26 @@ class IdentityStore:
         except FileNotFoundError:
             raise IdentityUnreadable(f"identity {identity_id} is damaged: the thumbnail is missing") from None
 
-    def usage(self) -> Usage:
-        """Identities stored and their bytes on disk."""
+    def usage(self, owner: str | None = None) -> Usage:
+        """Identities stored and their bytes on disk: all of them, or those `owner` created (one whose metadata
+        cannot be read counts for nobody: its owner is unknown, and admin can delete it)."""
         count = size = 0
         if self.root.is_dir():
             for entry in self.root.iterdir():
-                if is_identity_id(entry.name) and entry.is_dir():
-                    count += 1
-                    size += sum(f.stat().st_size for f in entry.rglob("*") if f.is_file())
+                if not is_identity_id(entry.name) or not entry.is_dir():
+                    continue
+                if owner is not None and self._owner_of(entry) != owner:
+                    continue
+                count += 1
+                size += sum(f.stat().st_size for f in entry.rglob("*") if f.is_file())
         return Usage(count, size)
+
+    @staticmethod
+    def _owner_of(directory: Path) -> str | None:
+        try:
+            return read_identity(directory).owner
+        except DamagedIdentity:
+            return None
 
     def audit(self, spec: PreparedSpec | None = None, model_key: str | None = None) -> dict[str, str]:
         """Every damaged identity with the reason; `spec` checks the prepared data for `model_key` too."""

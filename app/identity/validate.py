@@ -58,9 +58,12 @@ def check_prepared(data: np.ndarray, spec: PreparedSpec | None) -> None:
         raise DamagedIdentity("prepared data holds NaN or infinite values")
 
 
+_OPTIONAL = {"owner"}  # absent in identities stored before owners were recorded
+
+
 def _field_types() -> dict[str, tuple[type, ...]]:
     expected: dict[str, tuple[type, ...]] = {f.name: (str,) for f in fields(Identity)}
-    expected.update(faces=(int,), width=(int,), height=(int,), face_index=(int, type(None)))
+    expected.update(faces=(int,), width=(int,), height=(int,), face_index=(int, type(None)), owner=(str, type(None)))
     return expected
 
 
@@ -70,14 +73,15 @@ def parse_identity(raw: Any, identity_id: str) -> Identity:
     if not isinstance(raw, dict):
         raise DamagedIdentity("metadata is not a JSON object")
     expected = _field_types()
-    missing = sorted(set(expected) - set(raw))
+    missing = sorted(set(expected) - set(raw) - _OPTIONAL)
     if missing:
         raise DamagedIdentity(f"metadata lacks {', '.join(missing)}")
+    values: dict[str, Any] = {name: raw.get(name) for name in expected}
     for name, types in expected.items():
-        value = raw[name]
+        value = values[name]
         if isinstance(value, bool) or not isinstance(value, types):
             raise DamagedIdentity(f"metadata field {name} has the wrong type ({type(value).__name__})")
-    identity = Identity(**{name: raw[name] for name in expected})
+    identity = Identity(**values)
     if identity.id != identity_id:
         raise DamagedIdentity("metadata does not match its directory")
     if identity.format not in FORMATS:

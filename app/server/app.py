@@ -5,12 +5,17 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 
 from fastapi import FastAPI
+from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import FileResponse
 from fastapi.staticfiles import StaticFiles
 
+from app.auth.access import Access
+from app.auth.browser import BrowserGuard
+from app.auth.guard import PUBLIC
 from app.server.errors import install_error_handlers
 from app.server.limits import BodyLimitMiddleware
 from app.server.openapi import describe_real_bodies
+from app.server.revocation import RevocationWatcher
 from app.server.routes import health, identities, sessions, streams
 from app.server.routes.identities import upload_limit
 from app.server.settings import ServerSettings
@@ -30,17 +35,24 @@ def create_app(
     it became ready (or failed to)."""
     settings = settings or ServerSettings()
     state = ServerState(settings, pipeline_factory, on_change)
+    access = Access(settings.access, bind_host=settings.host, public_host=settings.public_host)
+    watcher = RevocationWatcher(state, access)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         await state.start()
+        watcher.start()
         try:
             yield
         finally:
+            await watcher.stop()
             await state.stop()
+            access.close()
 
     app = FastAPI(title="swapcast", version="0.1.0", lifespan=lifespan)
     app.state.swapcast = state
+    app.state.access = access
+    app.state.revocation = watcher
 
     def limit_for(path: str) -> int:
         if path.startswith("/v1/identities"):
@@ -52,12 +64,22 @@ def create_app(
     app.add_middleware(BodyLimitMiddleware, limit_for=limit_for)
     install_error_handlers(app, settings)
     describe_real_bodies(app)
+    if settings.access.cors_origins:
+        app.add_middleware(
+            CORSMiddleware,
+            allow_origins=settings.access.cors_origins,
+            allow_methods=["GET", "POST", "PATCH", "DELETE"],
+            allow_headers=["Authorization", "Content-Type", "X-Swapcast"],
+            expose_headers=["Location", "X-RTSP-URL"],
+        )
+    # Outermost: a request with a foreign Host or from a foreign page goes no further.
+    app.add_middleware(BrowserGuard, allowed_hosts=access.hosts, allowed_origins=settings.access.cors_origins)
     app.include_router(health.router)
     app.include_router(identities.router)
     app.include_router(sessions.router)
     app.include_router(streams.router)
 
-    @app.get("/", include_in_schema=False)
+    @app.get("/", include_in_schema=False, dependencies=PUBLIC)
     async def index() -> FileResponse:
         return FileResponse(STATIC_DIR / "index.html", headers={"Cache-Control": "no-cache"})
 

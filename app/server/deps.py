@@ -7,6 +7,7 @@ from fastapi import Depends, Request
 from app.identity.store import IdentityStore
 from app.observability import Metrics
 from app.pipeline.pipeline import FramePipeline
+from app.server.revocation import RevocationWatcher
 from app.server.sessions import SessionManager
 from app.server.settings import ServerSettings
 from app.server.state import NotReady, ServerState
@@ -19,6 +20,14 @@ def get_state(request: Request) -> ServerState:
 
 
 StateDep = Annotated[ServerState, Depends(get_state)]
+
+
+def get_revocation(request: Request) -> RevocationWatcher:
+    watcher: RevocationWatcher = request.app.state.revocation
+    return watcher
+
+
+RevocationDep = Annotated[RevocationWatcher, Depends(get_revocation)]
 
 
 def not_ready(state: ServerState) -> NotReady:

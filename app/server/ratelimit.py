@@ -9,12 +9,9 @@ import time
 from dataclasses import dataclass
 from typing import Literal
 
-from fastapi import Request
 from limits import RateLimitItem, parse
 from limits.storage import MemoryStorage
 from limits.strategies import MovingWindowRateLimiter
-
-from app.server.principal import client_address, principal_of
 
 Action = Literal["uploads", "sessions", "streams"]
 
@@ -41,10 +38,11 @@ class RateLimiter:
         }
         self._limiter = MovingWindowRateLimiter(MemoryStorage())
 
-    def hit(self, action: Action, request: Request) -> None:
-        """Count one request of `action`, or `RateLimited` when its principal or its address is over the limit."""
+    def hit(self, action: Action, principal: str, address: str) -> None:
+        """Count one request of `action`, or `RateLimited` when its principal or its client address is over the
+        limit (the address counts too, so many principals from one client share one budget)."""
         item = self._items[action]
-        keys = (("principal", principal_of(request)), ("address", client_address(request)))
+        keys = (("principal", principal), ("address", address))
         for kind, key in keys:
             if not self._limiter.test(item, action, kind, key):
                 raise RateLimited(

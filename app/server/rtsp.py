@@ -5,7 +5,11 @@ is missing or the server cannot start, the server still runs and `/readyz`, the 
 stream routes say why RTSP is off.
 """
 
+import base64
+import hashlib
+import hmac
 import logging
+import secrets
 from typing import Protocol
 
 from app.media.rtsp_out import RtspServer
@@ -21,10 +25,16 @@ class FramePublisher(Protocol):
 
 
 class RtspOutput:
-    def __init__(self, *, enabled: bool, port: int, host: str, public_host: str) -> None:
+    def __init__(self, *, enabled: bool, port: int, host: str, public_host: str, authenticate: bool = True) -> None:
+        """`authenticate`: each published path gets its own login (in the URLs this object hands out, which
+        only the path's owner sees); every other client is refused by the RTSP server."""
         self.port = port
         self.host = host
         self.public_host = public_host
+        self.authenticate = authenticate
+        # Logins are derived from the path with a secret of this process: nothing to store or forget, and a
+        # restart invalidates every URL handed out before it.
+        self._login_secret = secrets.token_bytes(32)
         self._server: RtspServer | None = None
         self.reason: str | None = None if enabled else "disabled by SWAPCAST_RTSP_ENABLED=false"
         self._enabled = enabled
@@ -37,7 +47,7 @@ class RtspOutput:
         """Start the RTSP server if it can run here; otherwise remember why not. Never raises."""
         if not self._enabled:
             return
-        server = RtspServer(self.port, host=self.host)
+        server = RtspServer(self.port, host=self.host, authenticate=self.authenticate)
         try:
             server.start()
         except Exception as exc:  # GStreamer is missing, or the server could not bind or build its pipeline
@@ -57,11 +67,22 @@ class RtspOutput:
         if self._server is None:
             raise RuntimeError(self.reason or "RTSP output is off")
         even_width, even_height = max(2, width - width % 2), max(2, height - height % 2)
-        publisher: FramePublisher = self._server.publish(path, even_width, even_height, fps)
+        login = self.login(path) if self.authenticate else None
+        publisher: FramePublisher = self._server.publish(path, even_width, even_height, fps, login=login)
         return publisher
 
+    def login(self, path: str) -> tuple[str, str]:
+        """The user name and password that may play `path` (unique to the path, 144 bits of password)."""
+        digest = hmac.new(self._login_secret, ("/" + path.lstrip("/")).encode(), hashlib.sha256).digest()
+        return f"u{digest[:6].hex()}", base64.urlsafe_b64encode(digest[6:24]).decode()
+
     def url(self, path: str) -> str:
-        return f"{self.base_url()}{path.lstrip('/')}"
+        """The URL a client plays `path` at, with the path's login when the server authenticates."""
+        base = self.base_url()
+        if self.authenticate:
+            user, password = self.login(path)
+            base = base.replace("rtsp://", f"rtsp://{user}:{password}@", 1)
+        return f"{base}{path.lstrip('/')}"
 
     def base_url(self) -> str:
         """rtsp://host:port/ with the public host and the port actually bound."""

@@ -89,8 +89,8 @@ class ServerState:
         decode_slots.resize(settings.max_concurrent_decodes)
         self.store = IdentityStore(settings.identity_dir)
         self.identity_quota = IdentityQuota(settings.max_identities, settings.max_identity_bytes)
-        # While one local owner holds everything, an owner's usage is the whole store's.
-        self.identity_usage: UsageOf = lambda _owner: self.store.usage()
+        # What one principal holds: the identities it created (in local mode, the local principal's).
+        self.identity_usage: UsageOf = lambda owner: self.store.usage(owner)
         self.ingest_policy = IngestPolicy.from_settings(
             settings.ingest_allowed_networks, settings.ingest_allow_private, (settings.port, settings.rtsp_port)
         )
@@ -98,7 +98,11 @@ class ServerState:
             RateLimits(uploads=settings.rate_uploads, sessions=settings.rate_sessions, streams=settings.rate_streams)
         )
         self.rtsp = RtspOutput(
-            enabled=settings.rtsp_enabled, port=settings.rtsp_port, host=settings.host, public_host=settings.url_host()
+            enabled=settings.rtsp_enabled,
+            port=settings.rtsp_port,
+            host=settings.host,
+            public_host=settings.url_host(),
+            authenticate=settings.access.rtsp_auth,
         )
         self.cache: IdentityCache[PreparedSource] = IdentityCache(
             self._load_identity, max_items=settings.identity_cache_items, registry=self.metrics.registry

@@ -39,13 +39,59 @@ async function errorText(response) {
   return `${response.status} ${response.statusText}`;
 }
 
+// ------------------------------------------------------------------------------------------------ access
+
+// When the server asks for credentials (401), the page asks for an API key once and keeps it in this tab's
+// session storage (never in the URL, never in local storage). Every request carries `X-Swapcast: 1`, which a
+// form on another site cannot send: the server refuses state changes without it or a key.
+const KEY_STORAGE = "swapcast.key";
+let keyWaiters = [];
+
+function storedKey() {
+  return sessionStorage.getItem(KEY_STORAGE);
+}
+
+function askForKey(message) {
+  $("key-form").hidden = false;
+  setStatus($("key-status"), message, Boolean(storedKey()));
+  $("key-input").focus();
+  return new Promise((resolve) => keyWaiters.push(resolve));
+}
+
+function submitKey(event) {
+  event.preventDefault();
+  const key = $("key-input").value.trim();
+  if (!key) return;
+  sessionStorage.setItem(KEY_STORAGE, key);
+  $("key-input").value = "";
+  $("key-form").hidden = true;
+  setStatus($("key-status"), "");
+  const waiters = keyWaiters;
+  keyWaiters = [];
+  waiters.forEach((resolve) => resolve());
+}
+
+async function api(url, options = {}) {
+  for (;;) {
+    const headers = new Headers(options.headers || {});
+    headers.set("X-Swapcast", "1");
+    const key = storedKey();
+    if (key) headers.set("Authorization", `Bearer ${key}`);
+    const response = await fetch(url, { ...options, headers });
+    if (response.status !== 401) return response;
+    const hadKey = Boolean(key);
+    sessionStorage.removeItem(KEY_STORAGE);
+    await askForKey(hadKey ? "that key was not accepted; enter another" : "this server needs an API key");
+  }
+}
+
 // ------------------------------------------------------------------------------------------------ server
 
 async function loadServer() {
   const status = $("server-status");
   for (;;) {
     try {
-      const response = await fetch("/v1/server");
+      const response = await api("/v1/server");
       page.server = await response.json();
       if (page.server.ready) break;
       setStatus(status, `server is starting: ${page.server.reason || "…"}`);
@@ -62,7 +108,7 @@ async function loadServer() {
 // ------------------------------------------------------------------------------------------------ identities
 
 async function loadIdentities() {
-  const response = await fetch("/v1/identities");
+  const response = await api("/v1/identities");
   if (!response.ok) return;
   page.identities = (await response.json()).identities;
   if (page.selected && !page.identities.some((i) => i.id === page.selected)) page.selected = null;
@@ -87,8 +133,8 @@ function renderIdentities() {
     radio.addEventListener("change", () => selectIdentity(identity.id));
 
     const thumb = document.createElement("img");
-    thumb.src = `/v1/identities/${identity.id}/thumbnail`;
     thumb.alt = "";
+    loadThumbnail(thumb, identity.id);
 
     const label = document.createElement("label");
     label.htmlFor = radio.id;
@@ -106,11 +152,22 @@ function renderIdentities() {
   updateButtons();
 }
 
+// Thumbnails come through `api` (an <img src> cannot carry the key) and are shown from a blob URL.
+async function loadThumbnail(img, id) {
+  try {
+    const response = await api(`/v1/identities/${id}/thumbnail`);
+    if (!response.ok) return;
+    const url = URL.createObjectURL(await response.blob());
+    img.addEventListener("load", () => URL.revokeObjectURL(url), { once: true });
+    img.src = url;
+  } catch (_) { /* no thumbnail: the name is still shown */ }
+}
+
 async function selectIdentity(id) {
   page.selected = id;
   renderIdentities();
   if (!page.sessionUrl) return;
-  const response = await fetch(page.sessionUrl, {
+  const response = await api(page.sessionUrl, {
     method: "PATCH",
     headers: { "Content-Type": "application/json" },
     body: JSON.stringify({ identity: id }),
@@ -124,7 +181,7 @@ async function selectIdentity(id) {
 }
 
 async function deleteIdentity(id) {
-  const response = await fetch(`/v1/identities/${id}`, { method: "DELETE" });
+  const response = await api(`/v1/identities/${id}`, { method: "DELETE" });
   if (!response.ok && response.status !== 404) {
     setStatus($("upload-status"), `delete failed: ${await errorText(response)}`, true);
   }
@@ -142,7 +199,7 @@ async function upload(event) {
   setStatus($("upload-status"), "uploading…");
   $("upload-button").disabled = true;
   try {
-    const response = await fetch("/v1/identities", { method: "POST", body: form });
+    const response = await api("/v1/identities", { method: "POST", body: form });
     if (!response.ok) {
       setStatus($("upload-status"), await errorText(response), true);
       return;
@@ -217,7 +274,7 @@ async function start() {
     setStatus(status, "connecting…");
     await pc.setLocalDescription(await pc.createOffer());
     await iceGatheringComplete(pc);
-    const response = await fetch(`/v1/sessions?identity=${encodeURIComponent(page.selected)}`, {
+    const response = await api(`/v1/sessions?identity=${encodeURIComponent(page.selected)}`, {
       method: "POST",
       headers: { "Content-Type": "application/sdp" },
       body: pc.localDescription.sdp,
@@ -264,7 +321,7 @@ async function teardown(tellServer) {
   page.sessionUrl = null;
   window.swapcast.sessionUrl = null;
   if (url && tellServer) {
-    try { await fetch(url, { method: "DELETE" }); } catch (_) { /* the server ends it on its own */ }
+    try { await api(url, { method: "DELETE" }); } catch (_) { /* the server ends it on its own */ }
   }
   if (page.pc) page.pc.close();
   page.pc = null;
@@ -285,7 +342,7 @@ function ms(value) {
 async function updateStats() {
   if (!page.pc || !page.sessionUrl) return;
   try {
-    const response = await fetch(page.sessionUrl);
+    const response = await api(page.sessionUrl);
     if (response.ok) {
       const s = await response.json();
       window.swapcast.server = s;
@@ -330,12 +387,16 @@ async function updateStats() {
 
 // ------------------------------------------------------------------------------------------------ wiring
 
+$("key-form").addEventListener("submit", submitKey);
 $("upload-form").addEventListener("submit", upload);
 $("start-button").addEventListener("click", start);
 $("stop-button").addEventListener("click", stop);
 $("copy-rtsp").addEventListener("click", () => navigator.clipboard.writeText(page.rtspUrl || ""));
 window.addEventListener("pagehide", () => {
-  if (page.sessionUrl) fetch(page.sessionUrl, { method: "DELETE", keepalive: true });
+  if (!page.sessionUrl) return;
+  const headers = { "X-Swapcast": "1" };
+  if (storedKey()) headers.Authorization = `Bearer ${storedKey()}`;
+  fetch(page.sessionUrl, { method: "DELETE", keepalive: true, headers });
 });
 
 loadServer();

@@ -88,6 +88,23 @@ def test_written_files_are_readable_by_others_like_a_plain_write(tmp_path: Path)
     assert mode(tmp_path / "engine.bin") == 0o644
 
 
+@pytest.mark.usefixtures("umask_022")
+def test_a_private_file_is_private_before_it_has_its_name(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    dst = tmp_path / "keys.json"
+    modes_at_rename: list[int] = []
+    real_replace = os.replace
+
+    def replace(src: str, target: str) -> None:
+        modes_at_rename.append(mode(Path(src)))
+        real_replace(src, target)
+
+    monkeypatch.setattr(os, "replace", replace)
+    with atomic_path(dst, mode=0o600) as tmp:
+        assert mode(tmp) == 0o600
+        tmp.write_text("{}")
+    assert modes_at_rename == [0o600] and mode(dst) == 0o600
+
+
 def test_permissions_follow_the_umask(tmp_path: Path) -> None:
     previous = os.umask(0o027)
     try:

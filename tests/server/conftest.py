@@ -1,6 +1,7 @@
 """Fixtures for the server tests: loopback-only ICE, a shared classic-engine server, real face photos and a
 real face clip."""
 
+import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -18,6 +19,18 @@ from engines.store import ModelStore
 from tests.server.harness import RunningServer, encode, face_crop, server_settings, start_server
 
 CLIP_FRAMES = 45
+
+
+@pytest.fixture(scope="session", autouse=True)
+def no_user_keys(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Servers (and `serve` subprocesses) read an empty keys file of their own, never the user's."""
+    previous = os.environ.get("SWAPCAST_KEYS_FILE")
+    os.environ["SWAPCAST_KEYS_FILE"] = str(tmp_path_factory.mktemp("keys") / "keys.json")
+    yield
+    if previous is None:
+        os.environ.pop("SWAPCAST_KEYS_FILE", None)
+    else:
+        os.environ["SWAPCAST_KEYS_FILE"] = previous
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import ssl
 import threading
 import time
 from collections.abc import Callable, Coroutine
@@ -28,16 +29,24 @@ T = TypeVar("T")
 
 
 class RunningServer:
-    def __init__(self, app: FastAPI) -> None:
+    def __init__(self, app: FastAPI, *, ca_file: Path | None = None) -> None:
+        """Served over HTTPS, as `swapcast serve` does, when the settings name a TLS certificate; `ca_file`
+        is the CA this process trusts for it."""
         self.app = app
         self.state: ServerState = app.state.swapcast
         self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self._sock.bind(("127.0.0.1", 0))
         self.port = self._sock.getsockname()[1]
-        self.base_url = f"http://127.0.0.1:{self.port}"
+        access = self.state.settings.access
+        scheme = "https" if access.tls else "http"
+        self.base_url = f"{scheme}://127.0.0.1:{self.port}"
+        self.verify: ssl.SSLContext | bool = ssl.create_default_context(cafile=str(ca_file)) if ca_file else True
+        tls = {"ssl_certfile": str(access.tls_cert), "ssl_keyfile": str(access.tls_key)} if access.tls else {}
         options = uvicorn_options(self.state.settings.connection_limits())
-        self.server = uvicorn.Server(uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=5, **options))
+        self.server = uvicorn.Server(
+            uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=5, **tls, **options)
+        )
         self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self._sock]}, daemon=True)
 
     def start(self, *, wait_ready: bool = True, timeout: float = 60.0) -> RunningServer:
@@ -53,7 +62,7 @@ class RunningServer:
 
     def wait_ready(self, timeout: float = 60.0) -> None:
         deadline = time.monotonic() + timeout
-        while httpx.get(f"{self.base_url}/readyz").status_code != 200:
+        while httpx.get(f"{self.base_url}/readyz", verify=self.verify).status_code != 200:
             if time.monotonic() > deadline:
                 raise RuntimeError("server did not become ready")
             time.sleep(0.05)
@@ -105,9 +114,13 @@ def server_settings(identity_dir: Path, **overrides: Any) -> ServerSettings:
 
 
 def start_server(
-    settings: ServerSettings, pipeline_factory: Callable[[PipelineSettings], FramePipeline], *, wait_ready: bool = True
+    settings: ServerSettings,
+    pipeline_factory: Callable[[PipelineSettings], FramePipeline],
+    *,
+    wait_ready: bool = True,
+    ca_file: Path | None = None,
 ) -> RunningServer:
-    return RunningServer(create_app(settings, pipeline_factory)).start(wait_ready=wait_ready)
+    return RunningServer(create_app(settings, pipeline_factory), ca_file=ca_file).start(wait_ready=wait_ready)
 
 
 def encode(image: Image, ext: str = ".png") -> bytes:
@@ -125,5 +138,17 @@ def face_crop(image: Image, box: np.ndarray, margin: float = 0.8) -> Image:
     return np.ascontiguousarray(image[top:bottom, left:right])
 
 
-def upload(base_url: str, data: bytes, filename: str = "face.png", **fields: str) -> httpx.Response:
-    return httpx.post(f"{base_url}/v1/identities", files={"image": (filename, data)}, data=fields, timeout=60)
+# What the page sends with every request: a form-encoded POST without it is refused (cross-site protection).
+PAGE_HEADERS = {"X-Swapcast": "1"}
+
+
+def upload(
+    base_url: str, data: bytes, filename: str = "face.png", headers: dict[str, str] | None = None, **fields: str
+) -> httpx.Response:
+    return httpx.post(
+        f"{base_url}/v1/identities",
+        files={"image": (filename, data)},
+        data=fields,
+        headers=headers if headers is not None else PAGE_HEADERS,
+        timeout=60,
+    )

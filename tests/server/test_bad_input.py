@@ -15,7 +15,7 @@ from aiortc import RTCConfiguration, RTCPeerConnection
 from app.bench.rtc_client import StampedTrack
 from app.pipeline.pipeline import FramePipeline
 from app.settings import PipelineSettings
-from tests.server.harness import RunningServer, server_settings, start_server, upload
+from tests.server.harness import PAGE_HEADERS, RunningServer, server_settings, start_server, upload
 
 SDP = {"Content-Type": "application/sdp"}
 
@@ -87,10 +87,10 @@ def test_session_requests_that_are_wrong_before_the_offer_is_read(
 ) -> None:
     base = server.base_url
     wrong_type = httpx.post(
-        f"{base}/v1/sessions?identity={identity}", content=offer, headers={"Content-Type": "text/plain"}
+        f"{base}/v1/sessions?identity={identity}", content=offer, headers={"Content-Type": "text/plain", **PAGE_HEADERS}
     )
     assert wrong_type.status_code == 415 and "application/sdp" in wrong_type.json()["detail"]
-    no_type = httpx.post(f"{base}/v1/sessions?identity={identity}", content=offer)
+    no_type = httpx.post(f"{base}/v1/sessions?identity={identity}", content=offer, headers=PAGE_HEADERS)
     assert no_type.status_code == 415
     unknown = httpx.post(f"{base}/v1/sessions?identity={'f' * 32}", content=offer, headers=SDP)
     assert unknown.status_code == 404 and "not found" in unknown.json()["detail"]

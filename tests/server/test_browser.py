@@ -145,13 +145,15 @@ def test_browser_streams_through_the_page(
 
             page.click("#start-button")
             page.wait_for_function(
-                "window.swapcast.state === 'live' || window.swapcast.state === 'failed'", timeout=30_000
+                "() => window.swapcast.state === 'live' || window.swapcast.state === 'failed'", timeout=30_000
             )
             assert page.evaluate("window.swapcast.state") == "live", page.evaluate("window.swapcast.error")
             page.wait_for_function(
-                "window.swapcast.browser && window.swapcast.browser.framesDecoded >= 15", timeout=60_000
+                "() => window.swapcast.browser && window.swapcast.browser.framesDecoded >= 15", timeout=60_000
             )
-            page.wait_for_function("window.swapcast.server && window.swapcast.server.frames_out >= 15", timeout=30_000)
+            page.wait_for_function(
+                "() => window.swapcast.server && window.swapcast.server.frames_out >= 15", timeout=30_000
+            )
             session_url = page.evaluate("window.swapcast.sessionUrl")
             stats = httpx.get(f"{server.base_url}{session_url}").json()
             assert stats["identity"] == first and stats["state"] == "connected"
@@ -167,18 +169,18 @@ def test_browser_streams_through_the_page(
             # Uploading while live selects the new identity and switches the session without renegotiating.
             page.set_input_files("#upload-file", str(second_path))
             page.click("#upload-button")
-            page.wait_for_function(f"window.swapcast.identity && window.swapcast.identity !== '{first}'")
+            page.wait_for_function(f"() => window.swapcast.identity && window.swapcast.identity !== '{first}'")
             second = page.evaluate("window.swapcast.identity")
             after_switch = httpx.get(f"{server.base_url}{session_url}").json()
             assert after_switch["identity"] == second
             page.wait_for_function(
-                f"window.swapcast.server.frames_out >= {after_switch['frames_out'] + 10}", timeout=60_000
+                f"() => window.swapcast.server.frames_out >= {after_switch['frames_out'] + 10}", timeout=60_000
             )
             switched = grab(page, "remote-video")
             assert region_diff(switched, swapped, box) > 10
 
             page.click("#stop-button")
-            page.wait_for_function("window.swapcast.state === 'stopped'")
+            page.wait_for_function("() => window.swapcast.state === 'stopped'")
             assert httpx.get(f"{server.base_url}{session_url}").status_code == 404
             assert errors == []
         finally:

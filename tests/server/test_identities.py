@@ -17,7 +17,7 @@ from app.media.clips import load_sample
 from app.pipeline.pipeline import FramePipeline
 from app.pipeline.swap import PreparedSource
 from app.settings import PipelineSettings
-from tests.server.harness import RunningServer, encode, server_settings, start_server, upload
+from tests.server.harness import PAGE_HEADERS, RunningServer, encode, server_settings, start_server, upload
 from tests.server.images import gif_bytes, gradient, png_claiming
 
 
@@ -107,11 +107,15 @@ def test_wrong_form_gets_4xx(server: RunningServer, tom_png: bytes) -> None:
     base = server.base_url
     as_json = httpx.post(f"{base}/v1/identities", json={"image": "x"})
     assert as_json.status_code == 415
-    no_image = httpx.post(f"{base}/v1/identities", files={"photo": ("a.png", tom_png)})
+    no_image = httpx.post(f"{base}/v1/identities", files={"photo": ("a.png", tom_png)}, headers=PAGE_HEADERS)
     assert no_image.status_code == 422 and "image" in no_image.json()["detail"]
-    as_field = httpx.post(f"{base}/v1/identities", data={"image": "not a file"}, files={"x": ("a", b"b")})
+    as_field = httpx.post(
+        f"{base}/v1/identities", data={"image": "not a file"}, files={"x": ("a", b"b")}, headers=PAGE_HEADERS
+    )
     assert as_field.status_code == 422
-    no_boundary = httpx.post(f"{base}/v1/identities", content=b"--x--", headers={"Content-Type": "multipart/form-data"})
+    no_boundary = httpx.post(
+        f"{base}/v1/identities", content=b"--x--", headers={"Content-Type": "multipart/form-data", **PAGE_HEADERS}
+    )
     assert no_boundary.status_code == 400
     long_name = upload(base, tom_png, "tom.png", name="x" * 500)
     assert long_name.status_code == 422
@@ -122,7 +126,7 @@ def test_wrong_form_gets_4xx(server: RunningServer, tom_png: bytes) -> None:
 def test_oversized_upload_is_refused_from_its_header_before_the_body_is_read(server: RunningServer) -> None:
     """Only the headers are sent, announcing 50 MB: the answer comes without the server waiting for a body."""
     request = (
-        b"POST /v1/identities HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+        b"POST /v1/identities HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Swapcast: 1\r\n"
         b"Content-Type: multipart/form-data; boundary=xyz\r\nContent-Length: 52428800\r\n\r\n"
     )
     with socket.create_connection(("127.0.0.1", server.port), timeout=10) as conn:
@@ -132,7 +136,7 @@ def test_oversized_upload_is_refused_from_its_header_before_the_body_is_read(ser
     assert "over the limit" in reply
 
     chunked = (
-        b"POST /v1/identities HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+        b"POST /v1/identities HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Swapcast: 1\r\n"
         b"Content-Type: multipart/form-data; boundary=xyz\r\nTransfer-Encoding: chunked\r\n\r\n"
     )
     with socket.create_connection(("127.0.0.1", server.port), timeout=10) as conn:

@@ -15,7 +15,7 @@ from app.media.rtsp_out import rtsp_unavailable_reason
 from app.pipeline.pipeline import FramePipeline
 from app.server.ingest_policy import IngestPolicy, SourceRefused, coarse_error, redact_credentials, refuse_redirects
 from app.settings import PipelineSettings
-from tests.server.harness import server_settings, start_server, upload
+from tests.server.harness import PAGE_HEADERS, server_settings, start_server, upload
 
 UNAVAILABLE = rtsp_unavailable_reason()
 needs_rtsp = pytest.mark.skipif(UNAVAILABLE is not None, reason=f"GStreamer RTSP unavailable: {UNAVAILABLE}")
@@ -120,12 +120,12 @@ def test_a_source_that_never_answers_fails_frees_its_slot_and_restarts(
         # Its slot is free: another stream is admitted although max_streams is 1.
         other = httpx.post(f"{base}/v1/streams", json=body, timeout=30)
         assert other.status_code == 201, other.text
-        full = httpx.post(f"{base}/v1/streams/{stream['id']}/restart", timeout=30)
+        full = httpx.post(f"{base}/v1/streams/{stream['id']}/restart", headers=PAGE_HEADERS, timeout=30)
         assert full.status_code == 503
         assert httpx.delete(f"{base}/v1/streams/{other.json()['id']}").status_code == 204
-        restarted = httpx.post(f"{base}/v1/streams/{stream['id']}/restart", timeout=30)
+        restarted = httpx.post(f"{base}/v1/streams/{stream['id']}/restart", headers=PAGE_HEADERS, timeout=30)
         assert restarted.status_code == 200 and restarted.json()["state"] != "failed", restarted.text
-        again = httpx.post(f"{base}/v1/streams/{stream['id']}/restart", timeout=30)
+        again = httpx.post(f"{base}/v1/streams/{stream['id']}/restart", headers=PAGE_HEADERS, timeout=30)
         assert again.status_code == 409
 
 

@@ -12,6 +12,7 @@ import threading
 from typing import Any
 
 from app.errors import UserError
+from app.media.rtsp_out.auth import add_login, allow_only, new_auth, remove_login
 from app.media.rtsp_out.bindings import load_bindings, require_bindings
 from app.media.rtsp_out.publisher import RtspPublisher, default_bitrate_kbps
 
@@ -35,8 +36,15 @@ class RtspServer:
     after `start`; a stopped server can be started again and keeps its paths and its port.
     """
 
-    def __init__(self, port: int = 8554, host: str = "127.0.0.1", *, client_threads: int = 16) -> None:
+    def __init__(
+        self, port: int = 8554, host: str = "127.0.0.1", *, client_threads: int = 16, authenticate: bool = False
+    ) -> None:
+        """`authenticate`: each path plays only for the login it was published with (`app.media.rtsp_out.auth`);
+        a path published without one plays for nobody."""
         self.host = host
+        self.authenticate = authenticate
+        self._auth: Any = None
+        self._logins: dict[str, tuple[str, str]] = {}
         self._requested_port = port
         self._bound_port: int | None = None
         self._client_threads = client_threads
@@ -88,6 +96,11 @@ class RtspServer:
             except gst.GLib.Error as exc:
                 raise UserError(f"cannot serve RTSP on {self.host}:{self._requested_port}: {exc.message}") from exc
             listener.attach(context)
+            if self.authenticate:
+                self._auth = new_auth(gst)
+                for login in self._logins.values():
+                    add_login(gst, self._auth, *login)
+                server.set_auth(self._auth)
             server.connect("client-connected", self._on_client_connected)
             mounts = server.get_mount_points()
             for path, publisher in self._publishers.items():
@@ -118,7 +131,7 @@ class RtspServer:
         gst = load_bindings()[0]
         with self._lock:
             server, loop, thread, sources = self._server, self._loop, self._thread, self._sources
-            self._server = self._loop = self._thread = None
+            self._server = self._loop = self._thread = self._auth = None
             self._sources = []
             if self._requested_port == 0 and self._bound_port is not None:
                 self._requested_port = self._bound_port  # a restart keeps the URLs handed out
@@ -151,11 +164,13 @@ class RtspServer:
         *,
         bitrate_kbps: int | None = None,
         aud_after_frame: bool = True,
+        login: tuple[str, str] | None = None,
     ) -> RtspPublisher:
         """Serve `path` as H.264 at `width`x`height` (even numbers) and `fps`.
 
         `bitrate_kbps` defaults to `default_bitrate_kbps`; `aud_after_frame` is explained in
-        `app.media.rtsp_out.feed`."""
+        `app.media.rtsp_out.feed`; `login` (user, password; the user unique to the path) is who may play it
+        when the server authenticates."""
         gst = require_bindings()
         path = normalise_path(path)
         if width <= 0 or height <= 0 or width % 2 or height % 2:
@@ -167,6 +182,11 @@ class RtspServer:
             if path in self._publishers:
                 raise UserError(f"RTSP path {path} is already published")
             publisher = RtspPublisher(self, gst, path, width, height, fps, kbps, aud_after_frame)
+            if self.authenticate and login is not None:
+                allow_only(gst, publisher.factory, login[0])
+                self._logins[path] = login
+                if self._auth is not None:
+                    add_login(gst, self._auth, *login)
             self._publishers[path] = publisher
             if self._server is not None:
                 self._server.get_mount_points().add_factory(path, publisher.factory)
@@ -179,6 +199,9 @@ class RtspServer:
         with self._lock:
             publisher = self._publishers.pop(path, None)
             server = self._server
+            login = self._logins.pop(path, None)
+            if login is not None and self._auth is not None:
+                remove_login(self._auth, login[0])
             if publisher is not None and server is not None:
                 server.get_mount_points().remove_factory(path)
         if publisher is None:

@@ -5,18 +5,19 @@ from typing import Any
 from fastapi import APIRouter, Response
 from fastapi.responses import JSONResponse
 
+from app.auth.guard import PUBLIC, Authenticated, MetricsReader
 from app.server.deps import StateDep
 from app.server.errors import retry_after
 
 router = APIRouter(tags=["health"])
 
 
-@router.get("/healthz")
+@router.get("/healthz", dependencies=PUBLIC)
 async def healthz() -> dict[str, str]:
     return {"status": "alive"}
 
 
-@router.get("/readyz")
+@router.get("/readyz", dependencies=PUBLIC)
 async def readyz(state: StateDep) -> JSONResponse:
     if not state.ready or state.pipeline is None:
         return JSONResponse(
@@ -28,13 +29,13 @@ async def readyz(state: StateDep) -> JSONResponse:
 
 
 @router.get("/metrics")
-async def metrics(state: StateDep) -> Response:
+async def metrics(state: StateDep, _: MetricsReader) -> Response:
     body, content_type = state.metrics.render()
     return Response(body, media_type=content_type)
 
 
 @router.get("/v1/server")
-async def server_info(state: StateDep) -> dict[str, Any]:
+async def server_info(state: StateDep, principal: Authenticated) -> dict[str, Any]:
     s = state.settings
     pipeline = state.pipeline
     return {
@@ -61,7 +62,11 @@ async def server_info(state: StateDep) -> dict[str, Any]:
             "max_remote_candidates": s.max_remote_candidates,
             "ice_timeout_s": s.ice_timeout_s,
         },
-        "identities": {"damaged": len(state.damaged), "damaged_ids": sorted(state.damaged)},
+        # The ids only to admin: whose a damaged identity was may not be readable, and ids are not for probing.
+        "identities": {
+            "damaged": len(state.damaged),
+            "damaged_ids": sorted(state.damaged) if principal.is_admin else [],
+        },
         "sessions": len(state.sessions) if state.sessions is not None else 0,
         "streams": len(state.streams) if state.streams is not None else 0,
     }

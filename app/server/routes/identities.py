@@ -11,12 +11,13 @@ from pydantic import BaseModel
 from starlette.datastructures import UploadFile
 from starlette.formparsers import MultiPartException, MultiPartParser
 
+from app.auth.guard import AccessDep, IdentitiesRead, IdentitiesWrite, client_address
+from app.auth.principal import Principal
 from app.identity.enrol import enrol
 from app.identity.images import sniff_format
-from app.identity.store import Identity
-from app.server.deps import PipelineDep, StateDep, StoreDep
+from app.identity.store import Identity, IdentityNotFound, IdentityUnreadable
+from app.server.deps import PipelineDep, RevocationDep, StateDep, StoreDep
 from app.server.limits import capped_stream, media_type
-from app.server.principal import principal_of
 
 router = APIRouter(prefix="/v1/identities", tags=["identities"])
 
@@ -83,11 +84,13 @@ def _parse_face_index(raw: str | None) -> int | None:
 
 
 @router.post("", status_code=201, response_model=IdentityOut)
-async def create_identity(request: Request, state: StateDep, pipeline: PipelineDep) -> IdentityOut:
+async def create_identity(
+    request: Request, principal: IdentitiesWrite, state: StateDep, pipeline: PipelineDep, access: AccessDep
+) -> IdentityOut:
     """Multipart form: `image` (JPEG, PNG or WebP), optional `face_index`, optional `name`."""
     settings = state.settings
-    state.rate_limiter.hit("uploads", request)
-    owner = principal_of(request)
+    state.rate_limiter.hit("uploads", principal.id, client_address(request))
+    owner = principal.id
     loop = asyncio.get_running_loop()
     usage_of = state.identity_usage
     await loop.run_in_executor(state.control_executor, lambda: state.identity_quota.check(usage_of(owner)))
@@ -145,10 +148,12 @@ async def create_identity(request: Request, state: StateDep, pipeline: PipelineD
                 face_index=face_index,
                 thumbnail=enrolment.thumbnail,
                 prepared=prepared,
+                owner=owner,
             )
 
     identity = await loop.run_in_executor(state.control_executor, checked_create)
     state.cache.put(identity.id, prepared.model_key, prepared)
+    access.audit.event("identity_created", identity=identity.id, owner=principal.id)
     return IdentityOut.of(identity, prepared.model_key, enrolment.warnings)
 
 
@@ -157,38 +162,67 @@ def _model_key(state: StateDep) -> str | None:
 
 
 @router.get("", response_model=IdentityList)
-async def list_identities(state: StateDep, store: StoreDep) -> IdentityList:
+async def list_identities(state: StateDep, store: StoreDep, principal: IdentitiesRead) -> IdentityList:
     loop = asyncio.get_running_loop()
     found = await loop.run_in_executor(state.control_executor, store.list)
     key = _model_key(state)
-    return IdentityList(identities=[IdentityOut.of(i, key) for i in found if i.id not in state.damaged])
+    visible = [i for i in found if principal.can_see(i.owner) and i.id not in state.damaged]
+    return IdentityList(identities=[IdentityOut.of(i, key) for i in visible])
 
 
-async def _get(state: StateDep, identity_id: str) -> Identity:
-    state.check_usable(identity_id)
+async def _visible(state: StateDep, identity_id: str, principal: Principal) -> Identity | None:
+    """The identity if this principal may see it; another owner's answers 404 like a missing one. None: damaged so
+    that its owner cannot be read, which only admin hears of (everyone else gets 404)."""
     loop = asyncio.get_running_loop()
-    return await loop.run_in_executor(state.control_executor, state.store.get, identity_id)
+    try:
+        identity = await loop.run_in_executor(state.control_executor, state.store.get, identity_id)
+    except IdentityUnreadable:
+        if not principal.is_admin:  # damaged on disk: whose it was cannot be read, so only admin hears of it
+            raise IdentityNotFound(identity_id) from None
+        return None
+    if not principal.can_see(identity.owner):
+        raise IdentityNotFound(identity_id)
+    return identity
+
+
+async def _get(state: StateDep, identity_id: str, principal: Principal) -> Identity:
+    """A visible identity that is usable; a damaged one answers 409 with the reason."""
+    identity = await _visible(state, identity_id, principal)
+    state.check_usable(identity_id)
+    if identity is None:  # damaged after the audit: the store's reason
+        return await asyncio.get_running_loop().run_in_executor(state.control_executor, state.store.get, identity_id)
+    return identity
 
 
 @router.get("/{identity_id}", response_model=IdentityOut)
-async def get_identity(identity_id: IdentityId, state: StateDep) -> IdentityOut:
-    return IdentityOut.of(await _get(state, identity_id), _model_key(state))
+async def get_identity(identity_id: IdentityId, state: StateDep, principal: IdentitiesRead) -> IdentityOut:
+    return IdentityOut.of(await _get(state, identity_id, principal), _model_key(state))
 
 
 @router.get("/{identity_id}/thumbnail")
-async def get_thumbnail(identity_id: IdentityId, state: StateDep) -> Response:
-    await _get(state, identity_id)
+async def get_thumbnail(identity_id: IdentityId, state: StateDep, principal: IdentitiesRead) -> Response:
+    await _get(state, identity_id, principal)
     loop = asyncio.get_running_loop()
     data = await loop.run_in_executor(state.control_executor, state.store.thumbnail, identity_id)
     return Response(data, media_type="image/jpeg", headers={"Cache-Control": "private, max-age=3600"})
 
 
 @router.delete("/{identity_id}", status_code=204)
-async def delete_identity(identity_id: IdentityId, state: StateDep) -> Response:
+async def delete_identity(
+    identity_id: IdentityId,
+    state: StateDep,
+    principal: IdentitiesWrite,
+    access: AccessDep,
+    revocation: RevocationDep,
+) -> Response:
+    """Deletes the identity (damaged ones too) and ends every live session and stream showing it before answering."""
+    await _visible(state, identity_id, principal)
     loop = asyncio.get_running_loop()
     try:
         await loop.run_in_executor(state.control_executor, state.store.delete, identity_id)
     finally:
         state.cache.invalidate(identity_id)
         state.forget_damaged(identity_id)
+    await revocation.identity_deleted(identity_id)
+    access.audit.event("identity_deleted", identity=identity_id, by=principal.id)
     return Response(status_code=204)

@@ -5,9 +5,11 @@ from typing import Annotated, Any
 from fastapi import APIRouter, HTTPException, Path, Query, Request, Response
 from pydantic import BaseModel, Field
 
-from app.server.deps import SessionsDep, StateDep
+from app.auth.guard import AccessDep, SessionsUser, client_address
+from app.identity.store import IdentityNotFound
+from app.server.deps import RevocationDep, SessionsDep, StateDep
 from app.server.limits import media_type, read_capped
-from app.server.principal import principal_of
+from app.server.owned import owned_session, owned_source
 
 router = APIRouter(prefix="/v1/sessions", tags=["sessions"])
 
@@ -21,13 +23,15 @@ class SwitchIdentity(BaseModel):
 @router.post("", status_code=201)
 async def create_session(
     request: Request,
+    principal: SessionsUser,
     state: StateDep,
     sessions: SessionsDep,
+    revocation: RevocationDep,
     identity: Annotated[str | None, Query(max_length=64)] = None,
 ) -> Response:
     """Body: the client's SDP offer (`Content-Type: application/sdp`, ICE gathering complete)."""
     settings = state.settings
-    state.rate_limiter.hit("sessions", request)
+    state.rate_limiter.hit("sessions", principal.id, client_address(request))
     if media_type(request) != "application/sdp":
         raise HTTPException(415, "send the offer as application/sdp")
     body = await read_capped(request, settings.sdp_max_bytes)
@@ -39,8 +43,12 @@ async def create_session(
         raise HTTPException(400, "the offer is not UTF-8 text") from None
     if "\x00" in offer:
         raise HTTPException(400, "the offer contains NUL characters")
-    source = await state.load_source(identity)
-    session, answer = await sessions.open(offer, identity, source, principal_of(request))
+    source = await owned_source(state, principal, identity)
+    session, answer = await sessions.open(offer, identity, source, principal.id)
+    revocation.session_started(session, principal)
+    if not state.store.exists(identity):  # deleted while this session was negotiated
+        await session.close("identity deleted")
+        raise IdentityNotFound(identity)
     headers = {"Location": f"/v1/sessions/{session.id}"}
     if session.rtsp_url:
         headers["X-RTSP-URL"] = session.rtsp_url
@@ -48,26 +56,38 @@ async def create_session(
 
 
 @router.get("")
-async def list_sessions(sessions: SessionsDep) -> dict[str, list[dict[str, Any]]]:
-    return {"sessions": [s.stats() for s in sessions.sessions()]}
+async def list_sessions(
+    principal: SessionsUser, sessions: SessionsDep, access: AccessDep
+) -> dict[str, list[dict[str, Any]]]:
+    return {"sessions": [s.stats() for s in sessions.sessions() if access.owners.visible(principal, s)]}
 
 
 @router.get("/{session_id}")
-async def get_session(session_id: SessionId, sessions: SessionsDep) -> dict[str, Any]:
-    return sessions.get(session_id).stats()
+async def get_session(
+    session_id: SessionId, principal: SessionsUser, sessions: SessionsDep, access: AccessDep
+) -> dict[str, Any]:
+    return owned_session(sessions, session_id, principal, access).stats()
 
 
 @router.patch("/{session_id}")
 async def switch_identity(
-    session_id: SessionId, change: SwitchIdentity, state: StateDep, sessions: SessionsDep
+    session_id: SessionId,
+    change: SwitchIdentity,
+    principal: SessionsUser,
+    state: StateDep,
+    sessions: SessionsDep,
+    access: AccessDep,
 ) -> dict[str, Any]:
-    session = sessions.get(session_id)
-    source = await state.load_source(change.identity)
+    """Switch to another identity of the session's owner (admin: any)."""
+    session = owned_session(sessions, session_id, principal, access)
+    source = await owned_source(state, principal, change.identity)
     session.switch(change.identity, source)
     return session.stats()
 
 
 @router.delete("/{session_id}", status_code=204)
-async def delete_session(session_id: SessionId, sessions: SessionsDep) -> Response:
-    await sessions.close(session_id, "deleted")
+async def delete_session(
+    session_id: SessionId, principal: SessionsUser, sessions: SessionsDep, access: AccessDep
+) -> Response:
+    await owned_session(sessions, session_id, principal, access).close("deleted")
     return Response(status_code=204)

@@ -8,9 +8,10 @@ from urllib.parse import urlsplit
 from fastapi import APIRouter, HTTPException, Path, Request, Response
 from pydantic import BaseModel, Field
 
-from app.server.deps import StateDep, StreamsDep
+from app.auth.guard import AccessDep, StreamsUser, client_address
+from app.server.deps import RevocationDep, StateDep, StreamsDep
 from app.server.ingest_policy import CheckedSource, refuse_redirects
-from app.server.principal import principal_of
+from app.server.owned import owned_source, owned_stream
 from app.server.settings import ServerSettings
 
 router = APIRouter(prefix="/v1/streams", tags=["streams"])
@@ -52,20 +53,28 @@ def check_source(url: str, settings: ServerSettings) -> str:
 
 
 @router.post("", status_code=201)
-async def create_stream(request: StreamRequest, http: Request, state: StateDep, streams: StreamsDep) -> dict[str, Any]:
-    state.rate_limiter.hit("streams", http)
+async def create_stream(
+    request: StreamRequest,
+    http: Request,
+    principal: StreamsUser,
+    state: StateDep,
+    streams: StreamsDep,
+    revocation: RevocationDep,
+) -> dict[str, Any]:
+    state.rate_limiter.hit("streams", principal.id, client_address(http))
     source_url = check_source(request.source_url, state.settings)
     streams.check_available()
     checked = await _checked(state, source_url)
-    source = await state.load_source(request.identity)
+    source = await owned_source(state, principal, request.identity)
     stream = await streams.open(
         checked.connect_url,
         request.identity,
         source,
         display_url=checked.display_url,
-        owner=principal_of(http),
+        owner=principal.id,
         requested_url=source_url,
     )
+    revocation.stream_started(stream, principal)
     return stream.stats()
 
 
@@ -80,24 +89,32 @@ async def _checked(state: StateDep, source_url: str) -> CheckedSource:
 
 
 @router.post("/{stream_id}/restart")
-async def restart_stream(stream_id: StreamId, state: StateDep, streams: StreamsDep) -> dict[str, Any]:
-    """Start a failed stream again, its source checked against the host policy again."""
-    stream = streams.get(stream_id)
+async def restart_stream(
+    stream_id: StreamId, principal: StreamsUser, state: StateDep, streams: StreamsDep, access: AccessDep
+) -> dict[str, Any]:
+    """Start a failed stream again, its source checked against the host policy again (its owner or admin only)."""
+    stream = owned_stream(streams, stream_id, principal, access)
     checked = await _checked(state, stream.requested_url)
     return (await streams.restart(stream_id, checked.connect_url)).stats()
 
 
 @router.get("")
-async def list_streams(streams: StreamsDep) -> dict[str, list[dict[str, Any]]]:
-    return {"streams": [s.stats() for s in streams.streams()]}
+async def list_streams(
+    principal: StreamsUser, streams: StreamsDep, access: AccessDep
+) -> dict[str, list[dict[str, Any]]]:
+    return {"streams": [s.stats() for s in streams.streams() if access.owners.visible(principal, s)]}
 
 
 @router.get("/{stream_id}")
-async def get_stream(stream_id: StreamId, streams: StreamsDep) -> dict[str, Any]:
-    return streams.get(stream_id).stats()
+async def get_stream(
+    stream_id: StreamId, principal: StreamsUser, streams: StreamsDep, access: AccessDep
+) -> dict[str, Any]:
+    return owned_stream(streams, stream_id, principal, access).stats()
 
 
 @router.delete("/{stream_id}", status_code=204)
-async def delete_stream(stream_id: StreamId, streams: StreamsDep) -> Response:
-    await streams.close(stream_id)
+async def delete_stream(
+    stream_id: StreamId, principal: StreamsUser, streams: StreamsDep, access: AccessDep, revocation: RevocationDep
+) -> Response:
+    await revocation.close_stream(owned_stream(streams, stream_id, principal, access), "deleted")
     return Response(status_code=204)

@@ -1,0 +1,40 @@
+"""Per-path logins for the RTSP server, checked by gst-rtsp-server itself with Digest authentication (the
+password never crosses the network). Each login's token carries a role named after its user; a path's media
+factory grants access to that one role, so a client without a login is asked to authenticate (401) and one
+with another path's login does not even learn the path exists (404)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from app.media.rtsp_out.bindings import Bindings
+
+
+def new_auth(gst: Bindings) -> Any:
+    import gi
+
+    gi.require_version("GstRtsp", "1.0")
+    from gi.repository import GstRtsp
+
+    auth = gst.GstRtspServer.RTSPAuth.new()
+    auth.set_supported_methods(GstRtsp.RTSPAuthMethod.DIGEST)
+    auth.set_realm("swapcast")
+    return auth
+
+
+def add_login(gst: Bindings, auth: Any, user: str, password: str) -> None:
+    token = gst.GstRtspServer.RTSPToken()
+    token.set_string("media.factory.role", user)
+    auth.add_digest(user, password, token)
+
+
+def remove_login(auth: Any, user: str) -> None:
+    auth.remove_digest(user)
+
+
+def allow_only(gst: Bindings, factory: Any, user: str) -> None:
+    """Only the login named `user` may see and play this factory's media."""
+    structure, _ = gst.Gst.Structure.from_string(
+        f"{user}, media.factory.access=(boolean)true, media.factory.construct=(boolean)true"
+    )
+    factory.add_role_from_structure(structure)

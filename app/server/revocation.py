@@ -1,0 +1,143 @@
+"""Owned live resources and their revocation: sessions and streams are registered with their owner; deleting an
+identity ends every session and stream showing it, and revoking a key ends everything started with it.
+
+A session ended this way stops sending at once: its output track is stopped before the close begins, so no
+frame made with the revoked identity or credential leaves after the request that revoked it returned.
+"""
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable
+
+from app.auth.access import Access
+from app.auth.principal import Principal
+from app.media.webrtc import Session
+from app.server.state import ServerState
+from app.server.streams import Stream
+
+log = logging.getLogger(__name__)
+
+KEYS_POLL_S = 0.5
+CLOSE_WAIT_S = 5.0
+IDENTITY_DELETED = "identity deleted"
+KEY_REVOKED = "key revoked"
+
+
+class RevocationWatcher:
+    def __init__(self, state: ServerState, access: Access) -> None:
+        self.state = state
+        self.access = access
+        self._task: asyncio.Task[None] | None = None
+        self._audit_tasks: set[asyncio.Task[None]] = set()
+        self._revoked: set[str] = set()
+
+    # ------------------------------------------------------------------------------ lifecycle
+
+    def start(self) -> None:
+        try:
+            self._revoked = self.access.keys.revoked_ids()
+        except Exception:  # an unreadable keys file refuses requests; the watcher tries again later
+            log.exception("keys file unreadable")
+        self._task = asyncio.get_running_loop().create_task(self._watch_keys(), name="access-revocation-watcher")
+
+    async def stop(self) -> None:
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+
+    async def _watch_keys(self) -> None:
+        while True:
+            await asyncio.sleep(KEYS_POLL_S)
+            try:
+                revoked = await asyncio.to_thread(self.access.keys.revoked_ids)
+            except Exception:
+                log.warning("keys file unreadable; revocations wait until it can be read", exc_info=True)
+                continue
+            fresh = revoked - self._revoked
+            self._revoked = revoked
+            if fresh:
+                await self.end_credentials(fresh)
+
+    # ------------------------------------------------------------------------------ registering
+
+    def session_started(self, session: Session, principal: Principal) -> None:
+        self.access.owners.set(session, principal)
+        self.access.audit.event(
+            "session_started",
+            session=session.id,
+            owner=principal.id,
+            credential=principal.credential,
+            identity=session.identity_id,
+        )
+        task = asyncio.get_running_loop().create_task(self._audit_end(session, principal))
+        task.set_name(f"session-{session.id[:8]}-audit")
+        self._audit_tasks.add(task)
+        task.add_done_callback(self._audit_tasks.discard)
+
+    async def _audit_end(self, session: Session, principal: Principal) -> None:
+        await session.closed.wait()
+        self.access.audit.event(
+            "session_ended",
+            session=session.id,
+            owner=principal.id,
+            identity=session.identity_id,
+            reason=session.close_reason,
+        )
+
+    def stream_started(self, stream: Stream, principal: Principal) -> None:
+        self.access.owners.set(stream, principal)
+        self.access.audit.event(
+            "stream_started",
+            stream=stream.id,
+            owner=principal.id,
+            credential=principal.credential,
+            identity=stream.identity_id,
+        )
+
+    async def close_stream(self, stream: Stream, reason: str) -> None:
+        streams = self.state.streams
+        if streams is None:
+            return
+        publisher = stream.publisher
+        if publisher is not None:  # stop the output first; the ingest worker may take a moment to stop
+            await asyncio.to_thread(publisher.close)
+        with contextlib.suppress(LookupError):
+            await streams.close(stream.id)
+        ownership = self.access.owners.of(stream)
+        self.access.audit.event(
+            "stream_ended",
+            stream=stream.id,
+            owner=ownership.owner if ownership else None,
+            identity=stream.identity_id,
+            reason=reason,
+        )
+
+    # ------------------------------------------------------------------------------ revoking
+
+    async def identity_deleted(self, identity_id: str) -> None:
+        await self._end(lambda resource: resource.identity_id == identity_id, IDENTITY_DELETED)
+
+    async def end_credentials(self, credentials: set[str]) -> None:
+        def started_with(resource: Session | Stream) -> bool:
+            ownership = self.access.owners.of(resource)
+            return ownership is not None and ownership.credential in credentials
+
+        await self._end(started_with, KEY_REVOKED)
+        self.access.audit.event("key_revoked", key_ids=sorted(credentials))
+
+    async def _end(self, matches: Callable[[Session | Stream], bool], reason: str) -> None:
+        closing: list[asyncio.Task[None]] = []
+        if self.state.sessions is not None:
+            for session in self.state.sessions.sessions():
+                if matches(session):
+                    session.output.stop()  # no further frame leaves, even one already being made
+                    closing.append(session.request_close(reason))
+        stream_closers = []
+        if self.state.streams is not None:
+            stream_closers = [self.close_stream(s, reason) for s in self.state.streams.streams() if matches(s)]
+        if closing:
+            await asyncio.wait(closing, timeout=CLOSE_WAIT_S)
+        if stream_closers:
+            await asyncio.gather(*stream_closers, return_exceptions=True)

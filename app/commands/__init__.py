@@ -16,11 +16,14 @@ def _commands() -> list[Register]:
         bench_quality,
         bench_server,
         bench_upload,
+        bench_watermark,
         demo,
         engines_group,
         models,
+        provenance,
         serve,
         swap,
+        watermark,
     )
 
     return [
@@ -35,6 +38,9 @@ def _commands() -> list[Register]:
         bench_quality.register,
         bench_engines.register,
         bench_upload.register,
+        bench_watermark.register,
+        watermark.register,
+        provenance.register,
     ]
 
 

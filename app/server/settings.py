@@ -9,6 +9,7 @@ from limits import parse
 from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from app.provenance.settings import ProvenanceSettings
 from app.server.connections import ConnectionLimits
 from app.settings import BatchingSettings, ModelStoreSettings, PipelineSettings
 
@@ -97,6 +98,7 @@ class ServerSettings(BaseSettings):
     # what parallel sessions would overlap); a GPU is where batches pay (app.runtime.gpu.batching_on).
     batching_enabled: bool | None = None
     batching: BatchingSettings = Field(default_factory=BatchingSettings)
+    provenance: ProvenanceSettings = Field(default_factory=ProvenanceSettings)
 
     @model_validator(mode="after")
     def _one_thread_per_model_run(self) -> "ServerSettings":

@@ -24,8 +24,10 @@ async def create_session(
     state: StateDep,
     sessions: SessionsDep,
     identity: Annotated[str | None, Query(max_length=64)] = None,
+    label: Annotated[bool | None, Query()] = None,
 ) -> Response:
-    """Body: the client's SDP offer (`Content-Type: application/sdp`, ICE gathering complete)."""
+    """Body: the client's SDP offer (`Content-Type: application/sdp`, ICE gathering complete). `label=true`
+    puts the visible "AI-generated" label on the output (the settings' default otherwise)."""
     settings = state.settings
     state.rate_limiter.hit("sessions", request)
     if media_type(request) != "application/sdp":
@@ -40,7 +42,7 @@ async def create_session(
     if "\x00" in offer:
         raise HTTPException(400, "the offer contains NUL characters")
     source = await state.load_source(identity)
-    session, answer = await sessions.open(offer, identity, source, principal_of(request))
+    session, answer = await sessions.open(offer, identity, source, principal_of(request), label=label)
     headers = {"Location": f"/v1/sessions/{session.id}"}
     if session.rtsp_url:
         headers["X-RTSP-URL"] = session.rtsp_url

@@ -21,6 +21,7 @@ StreamId = Annotated[str, Path(min_length=1, max_length=64)]
 class StreamRequest(BaseModel):
     source_url: str = Field(min_length=1, max_length=2048)
     identity: str = Field(min_length=1, max_length=64)
+    label: bool | None = None  # the visible "AI-generated" label; the settings' default when not given
 
 
 def check_source(url: str, settings: ServerSettings) -> str:
@@ -65,6 +66,7 @@ async def create_stream(request: StreamRequest, http: Request, state: StateDep, 
         display_url=checked.display_url,
         owner=principal_of(http),
         requested_url=source_url,
+        label=request.label,
     )
     return stream.stats()
 

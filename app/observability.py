@@ -5,6 +5,7 @@ from collections.abc import Callable
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 from app.pipeline.timing import StageTimer
+from app.runtime.torch_graphs import CaptureCollector
 
 STAGE_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.035, 0.05, 0.075, 0.1, 0.15, 0.25, 0.5, 1.0, 2.5)
 LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1.0, 2.0, 5.0)
@@ -17,6 +18,7 @@ class Metrics:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry if registry is not None else CollectorRegistry()
         r = self.registry
+        r.register(CaptureCollector())  # CUDA-graph captures of the torch backend (process-wide counts)
         self.ready = Gauge("swapcast_ready", "1 once models are loaded and warmed, else 0.", registry=r)
         self.sessions_active = Gauge("swapcast_sessions_active", "Open WebRTC sessions.", registry=r)
         self.streams_active = Gauge("swapcast_streams_active", "Running RTSP ingest streams.", registry=r)

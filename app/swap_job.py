@@ -55,19 +55,32 @@ def swap_file(
         probe(target)  # a corrupt or non-video target fails here, before models load
     else:
         target_image = read_image(target)
+    from app.provenance.c2pa_files import mime_of, sign_file, signing_configured
+    from app.provenance.service import Provenance
+
+    provenance = Provenance()
+    signed = signing_configured(provenance.settings)
+    if signed:
+        mime_of(output)  # an output format C2PA cannot carry fails before any work
     pipeline = build_pipeline(settings, store)
     source = pipeline.prepare_source(source_image, "largest" if source_face is None else source_face)
+    marker = provenance.marker(kind="file", ref=str(output.resolve()), identity=f"photo:{source_path.name}")
 
     if kind == "image":
         result = pipeline.swap_image(target_image, source)
-        write_image(output, result.image)
-        return f"swapped {len(result.faces)} face(s) -> {output}"
+        write_image(output, marker.apply(result.image))
+        message = f"swapped {len(result.faces)} face(s) -> {output}"
+    else:
+        tracker = pipeline.new_stream()
 
-    tracker = pipeline.new_stream()
+        def process(frames: list[Image]) -> list[Image]:
+            return [marker.apply(r.image) for r in pipeline.process(frames, source, tracker)]
 
-    def process(frames: list[Image]) -> list[Image]:
-        return [r.image for r in pipeline.process(frames, source, tracker)]
-
-    stats = transcode(target, output, process, batch_size=batch_size, progress=progress)
-    audio = "audio copied" if stats.audio_copied else ("audio re-encoded" if stats.audio_reencoded else "no audio")
-    return f"{stats.frames} frames at {stats.fps:.1f} fps, {audio} -> {output}"
+        stats = transcode(target, output, process, batch_size=batch_size, progress=progress)
+        audio = "audio copied" if stats.audio_copied else ("audio re-encoded" if stats.audio_reencoded else "no audio")
+        message = f"{stats.frames} frames at {stats.fps:.1f} fps, {audio} -> {output}"
+    if signed:
+        mark = marker.record.mark if marker.record else None
+        sign_file(output, target=target, engine=pipeline.engine.name, settings=provenance.settings, watermark=mark)
+        message += " (C2PA signed)"
+    return message

@@ -23,7 +23,7 @@ from engines.store import ModelStore, sha256_file
 if TYPE_CHECKING:
     import numpy as np
 
-    from engines.precision.int8 import CalibrationSet, Method
+    from engines.precision.int8 import CalibrationSet, Method, QdqTarget
     from engines.precision.quality import QualityReport
     from engines.tensorrt.manifest import EngineManifest
 
@@ -139,8 +139,11 @@ def make_int8(
     per_channel: bool = True,
     samples: int | None = None,
     recognizer: str | None = None,
+    target: QdqTarget = "onnxruntime",
+    float16_rest: bool = False,
 ) -> tuple[Path, QualityReport]:
-    """Write `<stem>.int8.onnx` and its record; returns (path, QualityReport on calibration inputs)."""
+    """Write `<stem>.int8.onnx` (or `<stem>.int8-trt.onnx`, the form TensorRT parses, for target "tensorrt")
+    and its record; returns (path, QualityReport on calibration inputs)."""
     from app.calibration import calibration_set
     from engines.precision.int8 import quantize_int8
     from engines.precision.quality import measure
@@ -148,9 +151,17 @@ def make_int8(
 
     source = source_for(store, name)
     calibration = calibration_set(store, name, source.runnable, samples, recognizer_model=recognizer)
-    dst = source.files.variant("int8")
-    result = quantize_int8(source.runnable, dst, calibration, method=method, per_channel=per_channel)
-    quality = measure(source.runnable, dst, _verify_feeds(calibration))
+    dst = source.files.tensorrt_qdq if target == "tensorrt" else source.files.variant("int8")
+    result = quantize_int8(
+        source.runnable,
+        dst,
+        calibration,
+        method=method,
+        per_channel=per_channel,
+        target=target,
+        float16_rest=float16_rest,
+    )
+    quality = measure(source.runnable, dst, _verify_feeds(calibration), optimize=not float16_rest)
     write_record(
         dst,
         VariantRecord(
@@ -219,7 +230,13 @@ def build_trt_plan(
         workspace_gib=request.workspace_gib,
         timing_cache=source.files.timing_cache(platform.gpu_name, platform.tensorrt_version),
         calibration=calibration,
-        calibration_cache=source.files.calibration_cache(platform.gpu_name, request.precision),
+        calibration_cache=(
+            source.files.calibration_cache(
+                platform.gpu_name, request.precision, calibration.digest(), platform.tensorrt_version
+            )
+            if calibration is not None
+            else None
+        ),
     )
     try:
         manifest = build_plan(source.runnable, plan, model=request.name, source_sha256=source.sha256, options=options)

@@ -5,10 +5,13 @@ For `inswapper_128.onnx` (registry sha256 `e4a3f08c753c...`), on an NVIDIA H200 
     inswapper_128.e4a3f08c753c.dynamic.onnx    batch-dynamic rewrite of a fixed-batch graph ("local" when
                                                the model has no known sha256)
     inswapper_128.fp16.onnx   + .fp16.json     FP16 variant and its record (engines.precision.variants)
-    inswapper_128.int8.onnx   + .int8.json     INT8 QDQ variant and its record
+    inswapper_128.int8.onnx   + .int8.json     INT8 QDQ variant and its record (for ONNX Runtime)
+    inswapper_128.int8-trt.onnx + .json        INT8 QDQ in the form TensorRT parses (engines.precision.int8)
     inswapper_128.nvidia-h200.fp16.engine      TensorRT engine ...
     inswapper_128.nvidia-h200.fp16.json        ... and its manifest (engines.tensorrt.manifest)
-    inswapper_128.nvidia-h200.int8.calibration.cache   TensorRT's INT8 calibration cache
+    inswapper_128.nvidia-h200.int8.calib-<data digest>.trt10.9.0.34.cache
+                                               TensorRT's INT8 calibration cache, for one set of
+                                               calibration data and one TensorRT version
     inswapper_128.calibration.npz              calibration inputs made from real faces (CalibrationSet)
     timing.nvidia-h200.trt10.9.0.34.cache      TensorRT timing cache, shared by every model in the folder
 
@@ -34,6 +37,13 @@ def gpu_slug(gpu_name: str) -> str:
 def record_path(artifact: Path) -> Path:
     """The JSON sidecar of a variant (its record) or an engine (its manifest): `.json` for its last suffix."""
     return Path(artifact).with_suffix(".json")
+
+
+def keyed_calibration_cache(engine: Path, data_digest: str, tensorrt_version: str) -> Path:
+    """TensorRT's INT8 calibration cache beside `engine`, named after the calibration data's digest and the
+    TensorRT version: a cache made from other data, or by another TensorRT, is never read."""
+    engine = Path(engine)
+    return engine.with_name(f"{engine.stem}.calib-{data_digest[:16]}.trt{tensorrt_version}.cache")
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +79,12 @@ class ModelFiles:
             return self.model
         return self._beside(f"{self.stem}.{precision}.onnx")
 
+    @property
+    def tensorrt_qdq(self) -> Path:
+        """The INT8 QDQ graph made for TensorRT (symmetric, FP32 biases): `swapcast engines int8 --target
+        tensorrt`."""
+        return self._beside(f"{self.stem}.int8-trt.onnx")
+
     def variant_record(self, precision: str) -> Path:
         return record_path(self.variant(precision))
 
@@ -84,9 +100,10 @@ class ModelFiles:
         ending = f".{glob.escape(precision)}.engine" if precision is not None else ".engine"
         return sorted(self.folder.glob(f"{glob.escape(self.stem)}.*{ending}"))
 
-    def calibration_cache(self, gpu_name: str, precision: str) -> Path:
-        """TensorRT's INT8 calibration cache for the engine of that GPU and precision."""
-        return self.engine(gpu_name, precision).with_suffix(".calibration.cache")
+    def calibration_cache(self, gpu_name: str, precision: str, data_digest: str, tensorrt_version: str) -> Path:
+        """TensorRT's INT8 calibration cache for the engine of that GPU and precision, made from that data by
+        that TensorRT (`engines.tensorrt.build` names it so from the engine it builds)."""
+        return keyed_calibration_cache(self.engine(gpu_name, precision), data_digest, tensorrt_version)
 
     @property
     def calibration_data(self) -> Path:

@@ -51,13 +51,16 @@ def file_is_fixed_batch(path: Path) -> bool:
     return is_fixed_batch(load_onnx(path, f"read {path}", load_external_data=False))
 
 
-def check_loads(path: Path, what: str) -> None:
+def check_loads(path: Path, what: str, *, optimize: bool = True) -> None:
     """Raise ModelError unless ONNX Runtime (CPU) can load the model at `path`; `what` names it in the
-    message, e.g. "the FP16 conversion of m.onnx"."""
+    message, e.g. "the FP16 conversion of m.onnx". `optimize=False` loads without graph optimisations, for
+    graphs ORT's fusions do not take (QDQ with FP16 scales: its QLinear fusions want FP32 scales)."""
     import onnxruntime as ort
 
     options = ort.SessionOptions()
     options.log_severity_level = 3
+    if not optimize:
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     try:
         ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
     except Exception as exc:  # ORT raises several unrelated types for graphs it refuses

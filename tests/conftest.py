@@ -41,3 +41,11 @@ def t1() -> Image:
 @pytest.fixture(scope="session")
 def astronaut() -> Image:
     return load_sample("astronaut")
+
+
+@pytest.fixture(autouse=True)
+def mark_registry(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Marks issued by a test are recorded in a directory of its own, not the user's data directory."""
+    path = tmp_path_factory.mktemp("marks") / "marks.jsonl"
+    monkeypatch.setenv("SWAPCAST_MARK_REGISTRY", str(path))
+    return path

@@ -16,12 +16,15 @@ def _commands() -> list[Register]:
         bench_quality,
         bench_server,
         bench_upload,
+        bench_watermark,
         demo,
         engines_group,
         keys,
         models,
+        provenance,
         serve,
         swap,
+        watermark,
     )
 
     return [
@@ -37,6 +40,9 @@ def _commands() -> list[Register]:
         bench_quality.register,
         bench_engines.register,
         bench_upload.register,
+        bench_watermark.register,
+        watermark.register,
+        provenance.register,
     ]
 
 

@@ -2,6 +2,7 @@
 
 swapcast engines fp16 NAME [--block-op OP]...
 swapcast engines int8 NAME [--method minmax|entropy|percentile] [--per-channel|--no-per-channel] [--samples N]
+                      [--target onnxruntime|tensorrt] [--fp32-rest]
 swapcast engines build-trt NAME --precision fp16|int8|fp32 [--max-batch 32]
 
 The work is done by `app.variants`; these commands parse, call and print.
@@ -20,7 +21,7 @@ from engines import registry
 
 
 def add_commands(actions: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    from engines.precision.int8 import Method
+    from engines.precision.int8 import Method, QdqTarget
 
     fp16 = actions.add_parser("fp16", help="write <model>.fp16.onnx (inputs and outputs stay FP32)")
     fp16.add_argument("name", metavar="NAME")
@@ -45,6 +46,18 @@ def add_commands(actions: argparse._SubParsersAction[argparse.ArgumentParser]) -
         metavar="NAME",
         help="swappers: recognizer for the identity latents (auto: SWAPCAST_RECOGNIZER_MODEL if present; none: "
         "random unit latents)",
+    )
+    int8.add_argument(
+        "--target",
+        choices=get_args(QdqTarget),
+        default="onnxruntime",
+        help="onnxruntime: <model>.int8.onnx; tensorrt: <model>.int8-trt.onnx, the QDQ form TensorRT parses "
+        "(symmetric, FP32 biases), made and checked without a GPU",
+    )
+    int8.add_argument(
+        "--fp32-rest",
+        action="store_true",
+        help="tensorrt target: keep the layers that are not quantized in FP32 (default: FP16)",
     )
     int8.set_defaults(func=run_int8)
 
@@ -78,6 +91,8 @@ def run_int8(args: argparse.Namespace) -> int:
     from app.model_store import open_model_store
     from app.variants import calibration_recognizer, make_int8
 
+    if args.fp32_rest and args.target != "tensorrt":
+        raise UserError("--fp32-rest is for --target tensorrt")
     store = open_model_store()
     registry.get_entry(args.name)
     path, quality = make_int8(
@@ -87,6 +102,8 @@ def run_int8(args: argparse.Namespace) -> int:
         per_channel=args.per_channel,
         samples=args.samples,
         recognizer=calibration_recognizer(args.recognizer, store),
+        target=args.target,
+        float16_rest=args.target == "tensorrt" and not args.fp32_rest,
     )
     print(f"{args.name}: {path} ({_size(path)}); vs FP32 on calibration inputs: {quality.describe()}")
     return 0

@@ -38,7 +38,16 @@ class PreparedSpec:
 
     @classmethod
     def of_engine(cls, engine: SwapEngine) -> PreparedSpec:
-        """Prepare a grey picture with a face placed on the alignment template: the engine's output layout."""
+        """The engine's prepared layout. The mesh engine prepares only a face its landmark model finds, so its
+        layout is its record type; the others show theirs on a grey picture with a face placed on the alignment
+        template."""
+        from app.pipeline.mesh import MeshEngine, source_record_dtype  # the landmark model's code, only when asked
+
+        inner: object = engine
+        while (wrapped := getattr(inner, "inner", None)) is not None:  # wrappers (the mouth mask) prepare as inner
+            inner = wrapped
+        if isinstance(inner, MeshEngine):
+            return cls((1,), str(source_record_dtype(inner.align.size)))
         image = np.full((_REFERENCE_SIZE, _REFERENCE_SIZE, 3), 127, np.uint8)
         landmarks = (TEMPLATES["arcface_128"] * _REFERENCE_SIZE).astype(np.float32)
         box = np.array([0, 0, _REFERENCE_SIZE, _REFERENCE_SIZE], np.float32)
@@ -52,10 +61,12 @@ def check_prepared(data: np.ndarray, spec: PreparedSpec | None) -> None:
         raise DamagedIdentity(
             f"prepared data is {data.dtype}{list(data.shape)}, the engine prepares {spec.dtype}{list(spec.shape)}"
         )
-    if data.dtype.kind not in "fiub":
-        raise DamagedIdentity(f"prepared data has a non-numeric dtype {data.dtype}")
-    if data.dtype.kind == "f" and not bool(np.isfinite(data).all()):
-        raise DamagedIdentity("prepared data holds NaN or infinite values")
+    names = data.dtype.names
+    for values in [data[name] for name in names] if names else [data]:  # a record (the mesh engine's): each field
+        if values.dtype.kind not in "fiub":
+            raise DamagedIdentity(f"prepared data has a non-numeric dtype {data.dtype}")
+        if values.dtype.kind == "f" and not bool(np.isfinite(values).all()):
+            raise DamagedIdentity("prepared data holds NaN or infinite values")
 
 
 _OPTIONAL = {"owner"}  # absent in identities stored before owners were recorded

@@ -43,6 +43,7 @@ from app.pipeline.pipeline import FramePipeline
 from app.pipeline.swap import PreparedSource
 from app.pipeline.timing import StageTimer
 from app.pipeline.types import Image
+from app.provenance.service import FrameMarker
 from app.runtime.batcher import BatcherError
 
 log = logging.getLogger(__name__)
@@ -259,6 +260,7 @@ class Session:
         self.close_reason: str | None = None
         self.closed = asyncio.Event()
         self.counters = SessionCounters()
+        self.marker: FrameMarker | None = None  # watermark and label of every output frame
         self._pipeline = pipeline
         self._tracker = pipeline.new_stream()
         self._executor = executor
@@ -401,6 +403,9 @@ class Session:
         with timer.stage("convert_in"):
             image = np.asarray(frame.to_ndarray(format="bgr24"), np.uint8)
         result = self._pipeline.process([image], source, self._tracker, timer, session=self.id)[0].image
+        if self.marker is not None:
+            with timer.stage("mark"):
+                result = self.marker.apply(result)
         with timer.stage("convert_out"):
             out = av.VideoFrame.from_ndarray(result, format="bgr24")
             out.pts = frame.pts
@@ -499,6 +504,7 @@ class Session:
             "dropped": sum(c.drops.values()),
             "rtsp_url": self.rtsp_url,
             "close_reason": self.close_reason,
+            "provenance": self.marker.describe() if self.marker else None,
         }
 
     def _spawn(self, coro: Awaitable[None], name: str) -> None:

@@ -7,6 +7,11 @@ of it is deserialised. Activation (entering the context, or the first `run`) des
 and sets up one execution context, one CUDA stream, device buffers sized for the profile's largest
 shapes, and pinned host buffers for asynchronous copies. `close` (leaving the context) frees them.
 
+The stream is non-blocking: a blocking stream synchronises implicitly with the legacy default stream,
+which PyTorch and other libraries in the same process use, so mixed backends would wait on each other.
+TensorRT takes the stream as an int: `native_handle` (cuda-bindings' helper, `int()` on older ones).
+Each run holds `gpu_work` shared, so a CUDA-graph capture of a torch model never overlaps it.
+
 `tensorrt` and the CUDA bindings (cuda-python) are imported on first use, so this module imports on
 machines without them.
 """
@@ -26,12 +31,14 @@ import numpy as np
 
 from app.errors import ModelError
 from app.runtime.model import Array, BatchSplitter, Feeds
+from app.runtime.torch_graphs import gpu_work
 from engines.tensorrt.manifest import (
     EngineManifest,
     Platform,
     check_cuda,
     import_cudart,
     import_tensorrt,
+    native_handle,
     probe_platform,
     verify_engine,
 )
@@ -73,6 +80,7 @@ class TensorRTModel:
         self._engine: Any = None
         self._context: Any = None
         self._stream: Any = None
+        self._stream_handle = 0
         self._bindings: dict[str, _Binding] = {}
         self._split = BatchSplitter(self.path.name, self.max_batch, self._run_locked)
 
@@ -109,9 +117,10 @@ class TensorRTModel:
         context = engine.create_execution_context()
         if context is None:
             raise ModelError(f"TensorRT could not create an execution context for {self.path.name}")
-        err, stream = cudart.cudaStreamCreate()
-        check_cuda(cudart, err, "cudaStreamCreate")
+        err, stream = cudart.cudaStreamCreateWithFlags(cudart.cudaStreamNonBlocking)
+        check_cuda(cudart, err, "cudaStreamCreateWithFlags")
         self._engine, self._context, self._stream = engine, context, stream
+        self._stream_handle = native_handle(stream)
         self._active = True
         try:
             for name in self.input_names:  # the largest shapes, to size every buffer once
@@ -170,7 +179,7 @@ class TensorRTModel:
         return self._split(feeds)
 
     def _run_locked(self, feeds: Feeds) -> list[Array]:
-        with self._lock:
+        with self._lock, gpu_work.shared():
             return self._run_chunk(feeds)
 
     def _run_chunk(self, feeds: Feeds) -> list[Array]:
@@ -190,7 +199,7 @@ class TensorRTModel:
             context.set_input_shape(name, array.shape)
             (err,) = cudart.cudaMemcpyAsync(binding.device, binding.host_pointer, array.nbytes, h2d, stream)
             check_cuda(cudart, err, "cudaMemcpyAsync")
-        if not context.execute_async_v3(int(stream)):  # TensorRT takes the stream's handle as an int
+        if not context.execute_async_v3(self._stream_handle):
             raise ModelError(f"TensorRT failed to enqueue {self.path.name}")
         shapes = {}
         for name in self.output_names:

@@ -5,11 +5,13 @@ What a session does with its media lives in `app.media.webrtc.Session`."""
 import asyncio
 from collections.abc import Callable
 from concurrent.futures import Executor
+from functools import partial
 
 from app.media.webrtc import KIND, OfferError, PublisherFactory, Session, SessionConfig
 from app.observability import Metrics
 from app.pipeline.pipeline import FramePipeline
 from app.pipeline.swap import PreparedSource
+from app.provenance.service import Provenance
 from app.server.admission import Admission
 
 NEGOTIATION_TIMEOUT_S = 10.0
@@ -33,8 +35,10 @@ class SessionManager:
         publisher_factory: PublisherFactory | None = None,
         rtsp_url: Callable[[str], str] | None = None,
         max_per_owner: int | None = None,
+        provenance: Provenance | None = None,
     ) -> None:
         self.pipeline = pipeline
+        self._provenance = provenance
         self.config = config
         self._executor = executor
         self._metrics = metrics
@@ -64,9 +68,12 @@ class SessionManager:
             raise SessionNotFound(session_id)
         return session
 
-    async def open(self, offer: str, identity_id: str, source: PreparedSource, owner: str = "") -> tuple[Session, str]:
+    async def open(
+        self, offer: str, identity_id: str, source: PreparedSource, owner: str = "", *, label: bool | None = None
+    ) -> tuple[Session, str]:
         """Admit (against the global and the owner's capacity), negotiate and register a session; returns it with
-        the SDP answer."""
+        the SDP answer. Its frames carry a mark issued to it (and the visible label if `label`, or by default when
+        the settings say so)."""
         with self._admission.reserve(owner):
             session = Session(
                 identity_id=identity_id,
@@ -80,6 +87,11 @@ class SessionManager:
                 rtsp_url=self._rtsp_url,
             )
             try:
+                if self._provenance is not None:
+                    issue = partial(
+                        self._provenance.marker, kind="session", ref=session.id, identity=identity_id, label=label
+                    )
+                    session.marker = await asyncio.get_running_loop().run_in_executor(None, issue)
                 answer = await asyncio.wait_for(session.negotiate(offer), NEGOTIATION_TIMEOUT_S)
             except TimeoutError:
                 await session.close("negotiation failed")

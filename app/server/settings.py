@@ -10,6 +10,7 @@ from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from app.auth.settings import AccessSettings
+from app.provenance.settings import ProvenanceSettings
 from app.server.connections import ConnectionLimits
 from app.settings import BatchingSettings, ModelStoreSettings, PipelineSettings
 
@@ -99,6 +100,7 @@ class ServerSettings(BaseSettings):
     batching_enabled: bool | None = None
     batching: BatchingSettings = Field(default_factory=BatchingSettings)
     access: AccessSettings = Field(default_factory=AccessSettings)  # keys, JWT, hosts, CORS, audit, TLS
+    provenance: ProvenanceSettings = Field(default_factory=ProvenanceSettings)
 
     @model_validator(mode="after")
     def _one_thread_per_model_run(self) -> "ServerSettings":

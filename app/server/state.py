@@ -20,6 +20,7 @@ from app.model_store import open_model_store
 from app.observability import Metrics
 from app.pipeline.pipeline import FramePipeline
 from app.pipeline.swap import PreparedSource
+from app.provenance.service import Provenance
 from app.server.ingest_policy import IngestPolicy
 from app.server.media_addresses import media_host_addresses
 from app.server.ratelimit import RateLimiter, RateLimits
@@ -97,6 +98,7 @@ class ServerState:
         self.rate_limiter = RateLimiter(
             RateLimits(uploads=settings.rate_uploads, sessions=settings.rate_sessions, streams=settings.rate_streams)
         )
+        self.provenance = Provenance(settings.provenance)
         self.rtsp = RtspOutput(
             enabled=settings.rtsp_enabled,
             port=settings.rtsp_port,
@@ -169,6 +171,7 @@ class ServerState:
             max_per_owner=s.max_sessions_per_principal,
             publisher_factory=self.rtsp.publish if self.rtsp.available else None,
             rtsp_url=self.rtsp.url if self.rtsp.available else None,
+            provenance=self.provenance,
         )
         self.streams = StreamManager(
             pipeline=pipeline,
@@ -177,6 +180,7 @@ class ServerState:
             max_streams=s.max_streams,
             max_per_owner=s.max_streams_per_principal,
             give_up=GiveUp(attempts=s.stream_give_up_attempts, seconds=s.stream_give_up_s),
+            provenance=self.provenance,
         )
         self.ready = True
         self.not_ready_reason = ""

@@ -12,6 +12,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from functools import partial
 from typing import Any
 
 import av
@@ -22,6 +23,7 @@ from app.pipeline.pipeline import FramePipeline
 from app.pipeline.swap import PreparedSource
 from app.pipeline.timing import StageTimer
 from app.pipeline.types import Image
+from app.provenance.service import FrameMarker, Provenance
 from app.runtime.batcher import BatcherError
 from app.server.admission import Admission
 from app.server.ingest_policy import coarse_error, redact_credentials
@@ -137,6 +139,7 @@ class Stream:
         self._counters_lock = threading.Lock()
         self._seen_in = 0
         self._seen_dropped = 0
+        self.marker: FrameMarker | None = None  # watermark and label of every output frame
 
     def process(self, frames: list[Image]) -> list[Image]:
         """Called by the ingest worker's thread with decoded frames; returns the swapped ones.
@@ -155,7 +158,8 @@ class Stream:
             raise
         self._metrics.observe_stages(timer)
         self._metrics.frames_out.labels(KIND).inc(len(results))
-        return [r.image for r in results]
+        marker = self.marker
+        return [marker.apply(r.image) if marker else r.image for r in results]
 
     def sync_counters(self) -> None:
         """Carry the worker's decoded and dropped frame counts over to the metrics."""
@@ -200,6 +204,7 @@ class Stream:
             "reason": error if state == "failed" else None,
             "created": self.created,
             "rtsp_url": self.rtsp_url,
+            "provenance": self.marker.describe() if self.marker else None,
             "stats": {k: v for k, v in worker_stats.items() if isinstance(v, int | float | str | None)},
         }
 
@@ -215,8 +220,10 @@ class StreamManager:
         worker_factory: Callable[..., IngestWorker] = IngestWorker,
         max_per_owner: int | None = None,
         give_up: GiveUp | None = None,
+        provenance: Provenance | None = None,
     ) -> None:
         self.pipeline = pipeline
+        self._provenance = provenance
         self._metrics = metrics
         self._rtsp = rtsp
         self._worker_factory = worker_factory
@@ -264,6 +271,7 @@ class StreamManager:
         display_url: str | None = None,
         owner: str = "",
         requested_url: str | None = None,
+        label: bool | None = None,
     ) -> Stream:
         self.check_available()
         with self._admission.reserve(owner):
@@ -278,6 +286,9 @@ class StreamManager:
                 requested_url=requested_url,
             )
             stream.rtsp_url = self._rtsp.url(stream.rtsp_path)
+            if self._provenance is not None:
+                mark = partial(self._provenance.marker, kind="stream", ref=stream.id, identity=identity_id, label=label)
+                stream.marker = await asyncio.get_running_loop().run_in_executor(None, mark)
             await self._start(stream)
             self._admission.admit(stream.id, stream, owner)
             return stream

@@ -16,6 +16,20 @@ from real face images, see `app.calibration`) and reused by every quantization a
    on two cores for no measured gain).
 3. `quantize_static` writes the QDQ model from those ranges (handed over as its JSON range cache).
 
+Two targets. `onnxruntime` (the `.int8.onnx` variant): unsigned activations with zero points and INT32
+biases, what ONNX Runtime's CPU kernels suit. `tensorrt`: the QDQ form TensorRT's ONNX parser takes for
+explicit quantization: signed symmetric activations and weights (zero point 0) and FP32 biases.
+ONNX Runtime's `QuantizeBias` default adds INT32 `DequantizeLinear` nodes for biases, and TensorRT
+accepts `DequantizeLinear` only on INT8/FP8 inputs (onnx-tensorrt's operator table; NVIDIA/TensorRT#4542),
+so such a graph does not parse. `tensorrt_qdq_problems` names what TensorRT would refuse.
+
+TensorRT 11 builds strongly typed networks: a layer runs in the type its ONNX tensors have, so the layers
+of a QDQ graph that are not quantized (PReLU, Resize, Softmax, the bias adds after each convolution)
+would run in FP32. `float16_rest` converts them to FP16: the graph is brought to opset 19 (where
+Q/DQ scales may be FP16, so a DequantizeLinear feeds an FP16 convolution directly, with no Cast between
+them to stop TensorRT fusing the pair) and converted with onnxconverter-common, inputs and outputs kept
+FP32. Accuracy on real inputs is measured in the tests (tests/engines/test_int8_tensorrt.py).
+
 Measured here (ONNX Runtime 1.32, CPU, 32 calibration frames): per-channel weights matter most for the
 RetinaFace detector (per-tensor lost one of six faces on the group photo in a trial; per-channel MinMax
 finds all six with landmarks within 4 px); Percentile is about even with MinMax, Entropy clips the
@@ -48,7 +62,10 @@ log = logging.getLogger(__name__)
 
 Method = Literal["minmax", "entropy", "percentile"]
 METHODS: tuple[str, ...] = get_args(Method)
+QdqTarget = Literal["onnxruntime", "tensorrt"]
+QDQ_TARGETS: tuple[str, ...] = get_args(QdqTarget)
 QDQ_MIN_OPSET = 13
+FP16_QDQ_OPSET = 19  # QuantizeLinear/DequantizeLinear take FP16 scales from opset 19 on
 ENTROPY_BINS = 512
 ENTROPY_QUANTIZED_BINS = 128
 PERCENTILE = 99.999
@@ -192,9 +209,13 @@ class Int8Quantization:
     samples: int
     calibration_digest: str
     opset: int
+    target: QdqTarget = "onnxruntime"
+    float16_rest: bool = False
 
     def options(self) -> dict[str, Any]:
         return {
+            "target": self.target,
+            "float16_rest": self.float16_rest,
             "method": self.method,
             "per_channel": self.per_channel,
             "symmetric_activations": self.symmetric_activations,
@@ -226,12 +247,17 @@ def quantize_int8(
     symmetric_activations: bool = False,
     op_types: Sequence[str] | None = None,
     exclude_nodes: Sequence[str] = (),
+    target: QdqTarget = "onnxruntime",
+    float16_rest: bool = False,
 ) -> Int8Quantization:
     """Write a QDQ INT8 copy of `src` to `dst` (atomically), calibrated on `calibration`.
 
     Activations are unsigned 8-bit with a zero point (ONNX Runtime's recommendation for x86 CPUs) unless
     `symmetric_activations`, which gives signed 8-bit with zero point 0, the form TensorRT's explicit
     quantization accepts. Weights are signed 8-bit, symmetric, per output channel with `per_channel`.
+    `target="tensorrt"` implies symmetric activations and keeps biases FP32 (see the module notes); the
+    result is checked with `tensorrt_qdq_problems`. `float16_rest` (TensorRT only) runs the layers that
+    are not quantized in FP16 (see the module notes).
     """
     from onnxruntime.quantization import (
         CalibrationMethod,
@@ -245,6 +271,11 @@ def quantize_int8(
 
     if method not in METHODS:
         raise ValueError(f"method must be one of {', '.join(METHODS)}, not {method!r}")
+    if target not in QDQ_TARGETS:
+        raise ValueError(f"target must be one of {', '.join(QDQ_TARGETS)}, not {target!r}")
+    symmetric_activations = symmetric_activations or target == "tensorrt"
+    if float16_rest and target != "tensorrt":
+        raise ValueError("float16_rest is for the TensorRT target (ONNX Runtime's CPU kernels want FP32 there)")
     src = Path(src)
     dst = Path(dst)
     model = load_onnx(src, f"quantize {src}")
@@ -303,7 +334,7 @@ def quantize_int8(
             "weight_type": QuantType.QInt8,
             "nodes_to_exclude": list(exclude_nodes),
             "calibrate_method": calibrate_method,
-            "extra_options": {"ActivationSymmetric": symmetric_activations, "WeightSymmetric": True},
+            "extra_options": _quantizer_options(target, symmetric_activations),
         }
         if "calibration_cache_path" in inspect.signature(quantize_static).parameters:
             arguments["calibration_cache_path"] = str(ranges_path)  # the ranges computed above
@@ -313,7 +344,14 @@ def quantize_int8(
             quantize_static(str(prepared), str(out), **arguments)
         except Exception as exc:  # ORT raises plain Exceptions and ValueErrors for graphs it cannot quantize
             raise ModelError(f"cannot quantize {src.name} to INT8: {exc}") from exc
-        check_loads(out, f"the INT8 quantization of {src.name}")
+        if float16_rest:
+            out = _float16_rest(out, tmp / "quantized-fp16.onnx")
+            opset = max(opset, FP16_QDQ_OPSET)
+        check_loads(out, f"the INT8 quantization of {src.name}", optimize=not float16_rest)
+        if target == "tensorrt":
+            problems = tensorrt_qdq_problems(onnx.load(str(out)))
+            if problems:
+                raise ModelError(f"the TensorRT QDQ form of {src.name} would not parse: {problems[0]}")
         replace_file(out, dst)
     return Int8Quantization(
         path=dst,
@@ -323,4 +361,66 @@ def quantize_int8(
         samples=len(calibration),
         calibration_digest=calibration.digest(),
         opset=opset,
+        target=target,
+        float16_rest=float16_rest,
     )
+
+
+def _float16_rest(src: Path, dst: Path) -> Path:
+    from onnxconverter_common.float16 import convert_float_to_float16
+
+    from engines.precision.fp16 import default_op_block_list
+
+    model = onnx.load(str(src))
+    if _opset(model) < FP16_QDQ_OPSET:
+        model = onnx.version_converter.convert_version(model, FP16_QDQ_OPSET)
+    converted = convert_float_to_float16(model, keep_io_types=True, op_block_list=default_op_block_list())
+    onnx.save_model(converted, str(dst))
+    return dst
+
+
+def _quantizer_options(target: QdqTarget, symmetric_activations: bool) -> dict[str, Any]:
+    """quantize_static's extra options: TensorRT's form keeps biases FP32 and every zero point at 0."""
+    options: dict[str, Any] = {"ActivationSymmetric": symmetric_activations, "WeightSymmetric": True}
+    if target == "tensorrt":
+        options.update(
+            QuantizeBias=False,  # INT32 bias DequantizeLinear: TensorRT's parser refuses it
+            ActivationSymmetric=True,
+            WeightSymmetric=True,
+            DedicatedQDQPair=False,
+            AddQDQPairToWeight=False,  # INT8 weight initializers behind a DequantizeLinear: what TensorRT folds
+        )
+    return options
+
+
+TENSORRT_QDQ_TYPES = frozenset({onnx.TensorProto.INT8, onnx.TensorProto.FLOAT8E4M3FN})
+
+
+def tensorrt_qdq_problems(model: onnx.ModelProto) -> list[str]:
+    """What TensorRT's ONNX parser would refuse in a QDQ graph: a DequantizeLinear whose input is not INT8
+    (or FP8), a QuantizeLinear that does not produce INT8, and a non-zero zero point. Empty: parseable."""
+    from onnx import numpy_helper
+
+    initializers = {init.name: init for init in model.graph.initializer}
+    inferred = onnx.shape_inference.infer_shapes(model)
+    types = {v.name: v.type.tensor_type.elem_type for v in [*inferred.graph.value_info, *inferred.graph.input]}
+    types.update({name: init.data_type for name, init in initializers.items()})
+    problems = []
+    for node in model.graph.node:
+        if node.op_type not in ("QuantizeLinear", "DequantizeLinear"):
+            continue
+        label = node.name or node.output[0]
+        zero_point = node.input[2] if len(node.input) > 2 else ""
+        if zero_point in initializers:
+            zp = numpy_helper.to_array(initializers[zero_point])
+            if zp.dtype.kind in "iu" and zp.any():
+                problems.append(f"{node.op_type} {label} has a non-zero zero point")
+            produced = initializers[zero_point].data_type
+            if node.op_type == "QuantizeLinear" and produced not in TENSORRT_QDQ_TYPES:
+                problems.append(f"QuantizeLinear {label} produces {onnx.TensorProto.DataType.Name(produced)}")
+        if node.op_type == "DequantizeLinear":
+            elem = types.get(node.input[0])
+            if elem is not None and elem not in TENSORRT_QDQ_TYPES:
+                name = onnx.TensorProto.DataType.Name(elem)
+                problems.append(f"DequantizeLinear {label} takes {name} (TensorRT takes INT8/FP8 only)")
+    return problems

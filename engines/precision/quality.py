@@ -100,12 +100,17 @@ def compare_outputs(
     return QualityReport(tuple(rows), items)
 
 
-def run_onnx(path: Path, feeds: Mapping[str, np.ndarray], threads: int = 0) -> tuple[list[str], list[np.ndarray]]:
-    """Output names and outputs of an ONNX model on the CPU provider of ONNX Runtime."""
+def run_onnx(
+    path: Path, feeds: Mapping[str, np.ndarray], threads: int = 0, *, optimize: bool = True
+) -> tuple[list[str], list[np.ndarray]]:
+    """Output names and outputs of an ONNX model on the CPU provider of ONNX Runtime (`optimize=False`: with
+    graph optimisations off, for graphs ORT's fusions do not take, such as FP16-scale QDQ)."""
     import onnxruntime as ort
 
     options = ort.SessionOptions()
     options.log_severity_level = 3
+    if not optimize:
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     if threads:
         options.intra_op_num_threads = threads
     session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
@@ -114,10 +119,12 @@ def run_onnx(path: Path, feeds: Mapping[str, np.ndarray], threads: int = 0) -> t
     return names, [np.asarray(o, np.float32) if np.asarray(o).dtype.kind == "f" else np.asarray(o) for o in outputs]
 
 
-def measure(reference: Path, candidate: Path, feeds: Mapping[str, np.ndarray], threads: int = 0) -> QualityReport:
+def measure(
+    reference: Path, candidate: Path, feeds: Mapping[str, np.ndarray], threads: int = 0, *, optimize: bool = True
+) -> QualityReport:
     """Run both ONNX models on `feeds` (ONNX Runtime, CPU) and compare every output."""
     names, ref = run_onnx(reference, feeds, threads)
-    cand_names, cand = run_onnx(candidate, feeds, threads)
+    cand_names, cand = run_onnx(candidate, feeds, threads, optimize=optimize)
     if cand_names != names:
         raise ValueError(f"{candidate.name} has outputs {cand_names}, {reference.name} has {names}")
     return compare_outputs(names, ref, cand)

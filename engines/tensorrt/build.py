@@ -7,11 +7,19 @@
   INT8 is calibrated by an entropy calibrator (`engines.tensorrt.calibrator`) fed by the CalibrationSet,
   with a calibration cache file, and FP16 is allowed beside it for layers without INT8 kernels.
   TensorRT 11 removed those flags and calibrators ("strongly-typed" mode): the network is parsed from
-  an FP16 ONNX (`engines.precision.fp16`, inputs and outputs kept FP32) or from a QDQ ONNX with symmetric
-  activations (`engines.precision.int8`), made here from the same source and calibration data.
+  an FP16 ONNX (`engines.precision.fp16`, inputs and outputs kept FP32) or from the TensorRT form of the
+  QDQ ONNX (`engines.precision.int8`, target "tensorrt": symmetric, FP32 biases, the layers that are
+  not quantized in FP16), made here from the same source and calibration data.
+  INT8 calibration (TensorRT 10) feeds batches no larger than any input's profile allows, and caches
+  its result in `calibration_cache`, which callers name with `ModelFiles.calibration_cache`: keyed by
+  the calibration data's digest and the TensorRT version.
 * A timing cache file shared between builds on one GPU and TensorRT version, read before and written
-  after each build.
-* The engine is written atomically, then its manifest (`engines.tensorrt.manifest`).
+  after each build; an unreadable or mismatched one is replaced by a fresh one (said in the log).
+* Cubic Resize: where TensorRT's parser refuses the model and it has cubic Resize nodes (Real-ESRGAN's
+  compact nets), it is parsed again with those made linear (`engines.resize_modes`: PSNR 52-54 dB from
+  the cubic output, measured) and the manifest records the rewrite.
+* The engine and the timing cache are written with the shared atomic writer (`engines.atomic`), then
+  the manifest (`engines.tensorrt.manifest`).
 
 `tensorrt` and the CUDA bindings are imported only when a build starts; on a machine without them the
 build fails with one ModelError line saying what to install.
@@ -33,6 +41,7 @@ from engines.atomic import write_bytes_atomic
 from engines.errors import ModelError
 from engines.precision.int8 import CalibrationSet
 from engines.precision.variants import Precision
+from engines.resize_modes import cubic_resizes, with_linear_resize
 from engines.tensorrt.manifest import (
     EngineManifest,
     ProfileShape,
@@ -57,7 +66,8 @@ class BuildOptions:
     timing_cache: Path | None = None
     calibration: CalibrationSet | None = None
     calibration_batch: int = 8
-    calibration_cache: Path | None = None
+    calibration_cache: Path | None = None  # name it with ModelFiles.calibration_cache: keyed by data and TensorRT
+    optimization_level: int | None = None  # TensorRT's builder optimisation level 0-5 (None: its default, 3)
 
 
 def graph_inputs(model: onnx.ModelProto) -> dict[str, list[int | str]]:
@@ -151,7 +161,7 @@ def _strongly_typed_source(source: Path, precision: EnginePrecision, options: Bu
         if options.calibration is None:
             raise ModelError("an INT8 engine needs calibration data")
         return quantize_int8(
-            source, work / f"{source.stem}.qdq.onnx", options.calibration, symmetric_activations=True
+            source, work / f"{source.stem}.qdq.onnx", options.calibration, target="tensorrt", float16_rest=True
         ).path
     return source
 
@@ -187,7 +197,7 @@ def build_engine(
     with tempfile.TemporaryDirectory(prefix=".swapcast-trt-", dir=engine.parent) as tmp:
         strongly_typed = mode == "strongly-typed"
         parse_from = _strongly_typed_source(source, precision, options, Path(tmp)) if strongly_typed else source
-        network, _parser = _parse(trt, builder, logger, parse_from, strongly_typed)
+        network, _parser, rewrites = _parse_or_fall_back(trt, builder, logger, parse_from, strongly_typed, Path(tmp))
         inputs = tuple(network.get_input(i).name for i in range(network.num_inputs))
         outputs = tuple(network.get_output(i).name for i in range(network.num_outputs))
         if set(inputs) != set(profiles):
@@ -195,6 +205,8 @@ def build_engine(
 
         config = builder.create_builder_config()
         config.set_memory_pool_limit(trt.MemoryPoolType.WORKSPACE, int(options.workspace_gib * (1 << 30)))
+        if options.optimization_level is not None:  # lower: faster builds, fewer tactics tried
+            config.builder_optimization_level = options.optimization_level
         profile = builder.create_optimization_profile()
         for name, shape in profiles.items():
             profile.set_shape(name, shape.min, shape.opt, shape.max)
@@ -203,10 +215,9 @@ def build_engine(
         if mode == "builder-flags" and precision in ("fp16", "int8"):
             config.set_flag(trt.BuilderFlag.FP16)
         if mode == "builder-flags" and precision == "int8":
-            calibrator = _attach_calibrator(trt, builder, config, profiles, options)
+            calibrator = _attach_calibrator(trt, builder, config, profiles, options, options.calibration_cache)
 
-        timing_cache = _open_timing_cache(config, options.timing_cache)
-        config.set_timing_cache(timing_cache, False)
+        _use_timing_cache(config, options.timing_cache)
 
         log.info("building %s (%s, %s) on %s; this takes minutes", engine.name, precision, mode, platform.gpu_name)
         try:
@@ -214,6 +225,8 @@ def build_engine(
         finally:
             if calibrator is not None:
                 calibrator.free()
+        if calibrator is not None:
+            calibrator.feed.raise_error()  # what TensorRT swallowed inside get_batch
         if serialized is None:
             raise ModelError(f"TensorRT could not build an engine from {source.name} (see its log above)")
         data = bytes(memoryview(serialized))
@@ -235,37 +248,81 @@ def build_engine(
         outputs=outputs,
         profiles=profiles,
         calibration=options.calibration.digest() if precision == "int8" and options.calibration else None,
+        rewrites=tuple(rewrites),
     )
     write_manifest(engine, manifest)
     return manifest
 
 
+def calibration_batch_size(options: BuildOptions, profiles: Mapping[str, ProfileShape]) -> int:
+    """Items per calibration batch: as asked, but no more than the data has or any input's profile takes."""
+    assert options.calibration is not None
+    largest = min(shape.max[0] for shape in profiles.values())
+    return max(1, min(options.calibration_batch, largest, options.calibration.items))
+
+
 def _attach_calibrator(
-    trt: Any, builder: Any, config: Any, profiles: Mapping[str, ProfileShape], options: BuildOptions
+    trt: Any,
+    builder: Any,
+    config: Any,
+    profiles: Mapping[str, ProfileShape],
+    options: BuildOptions,
+    cache_path: Path | None,
 ) -> Any:
     from engines.tensorrt.calibrator import CalibrationBatches, CalibrationCache, entropy_calibrator
 
     assert options.calibration is not None
-    batch = max(1, min(options.calibration_batch, options.max_batch, options.calibration.items))
+    batch = calibration_batch_size(options, profiles)
     batches = CalibrationBatches(options.calibration, batch, list(profiles), fill_last=True)
     calibration_profile = builder.create_optimization_profile()
     for name, shape in profiles.items():
-        fixed = (batch if shape.max[0] > 1 else 1, *batches.item_shape(name))
+        fixed = (batch, *batches.item_shape(name))
         if not shape.accepts(fixed):
             raise ModelError(f"calibration items of {name!r} have shape {fixed[1:]}, outside the profile {shape.max}")
         calibration_profile.set_shape(name, fixed, fixed, fixed)
     config.set_flag(trt.BuilderFlag.INT8)
     config.set_calibration_profile(calibration_profile)
-    calibrator = entropy_calibrator(batches, CalibrationCache(options.calibration_cache))
+    calibrator = entropy_calibrator(batches, CalibrationCache(cache_path))
     config.int8_calibrator = calibrator
     return calibrator
 
 
-def _open_timing_cache(config: Any, path: Path | None) -> Any:
+def _use_timing_cache(config: Any, path: Path | None) -> None:
+    """Give the build the timing cache at `path` (a fresh one when there is none, or when TensorRT cannot
+    read or will not use what is there: it is rewritten after the build)."""
     data = b""
     if path is not None:
         try:
             data = Path(path).read_bytes()
         except FileNotFoundError:
             data = b""
-    return config.create_timing_cache(data)
+    if data:
+        try:
+            cache = config.create_timing_cache(data)
+            if cache is not None and config.set_timing_cache(cache, False):
+                return
+            why = "TensorRT did not accept it"
+        except Exception as exc:  # TensorRT raises RuntimeError/TypeError for a damaged blob
+            why = f"{type(exc).__name__}: {exc}"
+        log.warning("timing cache %s is unusable (%s); starting a fresh one", path, why)
+    config.set_timing_cache(config.create_timing_cache(b""), False)
+
+
+def _parse_or_fall_back(
+    trt: Any, builder: Any, logger: Any, source: Path, strongly_typed: bool, work: Path
+) -> tuple[Any, Any, list[str]]:
+    """Parse `source`; where TensorRT refuses it and it has cubic Resize nodes, parse a copy with those made
+    linear instead. Returns (network, parser, rewrites made)."""
+    try:
+        network, parser = _parse(trt, builder, logger, source, strongly_typed)
+        return network, parser, []
+    except ModelError as refused:
+        model = onnx.load(str(source))
+        cubic = cubic_resizes(model)
+        if not cubic:
+            raise
+        linear = work / f"{source.stem}.linear-resize.onnx"
+        onnx.save_model(with_linear_resize(model), str(linear))
+        log.warning("%s; parsing again with %d cubic Resize nodes made linear", refused, len(cubic))
+        network, parser = _parse(trt, builder, logger, linear, strongly_typed)
+        return network, parser, [f"Resize cubic->linear ({len(cubic)} nodes)"]

@@ -9,6 +9,14 @@ With dynamic shapes TensorRT calibrates at the calibration profile's shapes, so 
 must be full: a short last batch is topped up with items from the start of the set (said in the log).
 Such duplicates weigh a few items twice in the histograms and nothing else.
 
+TensorRT 10's Python binding prints an exception raised inside `get_batch` and reads it as "no more
+data": calibration would end early and silently, on the batches seen so far. `CalibrationFeed` keeps the
+exception, returns None, and `raise_error` raises it once the build returns.
+
+The cache is named after the calibration data's digest and the TensorRT version
+(`engines.model_files.keyed_calibration_cache`): a cache made from other data, or by another TensorRT,
+is never read.
+
 TensorRT 10.1 deprecated implicit INT8 calibration and TensorRT 11 removed it; there the build uses
 explicit quantization (the QDQ ONNX of `engines.precision.int8`) instead, see `engines.tensorrt.build`.
 """
@@ -16,13 +24,14 @@ explicit quantization (the QDQ ONNX of `engines.precision.int8`) instead, see `e
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from engines.atomic import write_bytes_atomic
+from engines.errors import ModelError
 from engines.precision.int8 import CalibrationSet
 
 log = logging.getLogger(__name__)
@@ -96,6 +105,41 @@ class CalibrationBatches:
         self.filled = 0
 
 
+class CalibrationFeed:
+    """What `get_batch` does, without TensorRT: the next batch, each input copied to the device by
+    `copy(name, array) -> device pointer`. An exception is kept (see the module notes) and ends the feed."""
+
+    def __init__(self, batches: CalibrationBatches, copy: Callable[[str, np.ndarray], int]) -> None:
+        self.batches = batches
+        self.copy = copy
+        self.error: BaseException | None = None
+
+    def get_batch(self, names: Sequence[str]) -> list[int] | None:
+        if self.error is not None:
+            return None
+        try:
+            batch = self.batches.next_batch()
+            if batch is None:
+                return None
+            return [self.copy(name, batch[name]) for name in names]
+        except BaseException as exc:  # noqa: BLE001 - TensorRT would swallow it: kept and raised after the build
+            self.error = exc
+            return None
+
+    def raise_error(self) -> None:
+        """Raise what `get_batch` caught, if anything (ModelError for an Exception, as it was otherwise)."""
+        error, self.error = self.error, None
+        if error is None:
+            return
+        if not isinstance(error, Exception):
+            raise error
+        given = self.batches.batches_given
+        raise ModelError(
+            f"INT8 calibration failed after {given} of {self.batches.batch_count} batches: "
+            f"{type(error).__name__}: {error}"
+        ) from error
+
+
 class CalibrationCache:
     """TensorRT's calibration cache in a file (None: no cache). Writes are atomic."""
 
@@ -139,26 +183,26 @@ def entropy_calibrator(batches: CalibrationBatches, cache: CalibrationCache) -> 
             self.batches = batches
             self.cache = cache
             self.device: dict[str, int] = {}
+            self.feed = CalibrationFeed(batches, self._copy)
             for name in batches.names:
                 item = np.zeros(batches.item_shape(name), batches.item_dtype(name))
                 err, pointer = cudart.cudaMalloc(item.nbytes * batches.batch_size)
                 check_cuda(cudart, err, "cudaMalloc")
                 self.device[name] = int(pointer)
 
+        def _copy(self, name: str, array: np.ndarray) -> int:
+            host = np.ascontiguousarray(array)
+            (err,) = cudart.cudaMemcpy(
+                self.device[name], host.ctypes.data, host.nbytes, cudart.cudaMemcpyKind.cudaMemcpyHostToDevice
+            )
+            check_cuda(cudart, err, "cudaMemcpy")
+            return self.device[name]
+
         def get_batch_size(self) -> int:
             return batches.batch_size
 
         def get_batch(self, names: list[str]) -> list[int] | None:
-            batch = self.batches.next_batch()
-            if batch is None:
-                return None
-            for name in names:
-                host = np.ascontiguousarray(batch[name])
-                (err,) = cudart.cudaMemcpy(
-                    self.device[name], host.ctypes.data, host.nbytes, cudart.cudaMemcpyKind.cudaMemcpyHostToDevice
-                )
-                check_cuda(cudart, err, "cudaMemcpy")
-            return [self.device[name] for name in names]
+            return self.feed.get_batch(names)
 
         def read_calibration_cache(self) -> bytes | None:
             return self.cache.read()

@@ -89,6 +89,7 @@ class EngineManifest:
     outputs: tuple[str, ...]
     profiles: dict[str, ProfileShape]
     calibration: str | None = None  # digest of the calibration data for INT8
+    rewrites: tuple[str, ...] = ()  # changes made so TensorRT could parse the model (e.g. cubic Resize -> linear)
     created: str = field(default_factory=lambda: datetime.now(UTC).isoformat(timespec="seconds"))
     format: int = MANIFEST_FORMAT
 
@@ -101,6 +102,7 @@ class EngineManifest:
         body["profiles"] = {name: shape.to_dict() for name, shape in self.profiles.items()}
         body["inputs"] = list(self.inputs)
         body["outputs"] = list(self.outputs)
+        body["rewrites"] = list(self.rewrites)
         return json.dumps(body, indent=2, sort_keys=True) + "\n"
 
     @classmethod
@@ -113,6 +115,7 @@ class EngineManifest:
         raw["profiles"] = {name: ProfileShape.from_dict(shape) for name, shape in raw["profiles"].items()}
         raw["inputs"] = tuple(raw["inputs"])
         raw["outputs"] = tuple(raw["outputs"])
+        raw["rewrites"] = tuple(raw.get("rewrites", ()))
         return cls(**raw)
 
 
@@ -216,6 +219,20 @@ def import_cudart() -> Any:
     raise ModelError(
         "the CUDA runtime bindings are not installed: pip install swapcast[gpu] on a machine with an NVIDIA GPU"
     )
+
+
+def native_handle(obj: Any) -> int:
+    """The address a cuda-python object wraps (a stream's `cudaStream_t`), for APIs that take it as an int
+    (TensorRT's `execute_async_v3`). cuda-bindings 12.9.1 deprecates `int(obj)` for
+    `cuda.bindings.utils.get_cuda_native_handle`; older bindings have only `int`."""
+    try:
+        from cuda.bindings.utils import get_cuda_native_handle
+    except ImportError:
+        return int(obj)
+    try:
+        return int(get_cuda_native_handle(obj))
+    except TypeError:  # not a type the helper knows (an int already, or an older binding's object)
+        return int(obj)
 
 
 def check_cuda(cudart: Any, err: Any, call: str) -> None:

@@ -293,6 +293,7 @@ def test_torch_cuda_graphs_and_half_precision_match_onnxruntime(store: ModelStor
     assert graphs.cuda_graphs and graphs.channels_last
     first = graphs.run({"input": crops})[0]
     again = graphs.run({"input": crops})[0]  # replayed from the captured graph
+    assert list(graphs.graph_outcomes.values()) == ["captured"]  # a graph was captured, not only allowed
     np.testing.assert_array_equal(first, again)
     assert float(np.abs(first - want).max()) < 0.02
     (fp32,) = TorchModel(path, device="cuda", cuda_graphs=False).run({"input": crops})

@@ -28,8 +28,10 @@ async def create_session(
     sessions: SessionsDep,
     revocation: RevocationDep,
     identity: Annotated[str | None, Query(max_length=64)] = None,
+    label: Annotated[bool | None, Query()] = None,
 ) -> Response:
-    """Body: the client's SDP offer (`Content-Type: application/sdp`, ICE gathering complete)."""
+    """Body: the client's SDP offer (`Content-Type: application/sdp`, ICE gathering complete). `label=true`
+    puts the visible "AI-generated" label on the output (the settings' default otherwise)."""
     settings = state.settings
     state.rate_limiter.hit("sessions", principal.id, client_address(request))
     if media_type(request) != "application/sdp":
@@ -44,7 +46,7 @@ async def create_session(
     if "\x00" in offer:
         raise HTTPException(400, "the offer contains NUL characters")
     source = await owned_source(state, principal, identity)
-    session, answer = await sessions.open(offer, identity, source, principal.id)
+    session, answer = await sessions.open(offer, identity, source, principal.id, label=label)
     revocation.session_started(session, principal)
     if not state.store.exists(identity):  # deleted while this session was negotiated
         await session.close("identity deleted")

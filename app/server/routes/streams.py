@@ -22,6 +22,7 @@ StreamId = Annotated[str, Path(min_length=1, max_length=64)]
 class StreamRequest(BaseModel):
     source_url: str = Field(min_length=1, max_length=2048)
     identity: str = Field(min_length=1, max_length=64)
+    label: bool | None = None  # the visible "AI-generated" label; the settings' default when not given
 
 
 def check_source(url: str, settings: ServerSettings) -> str:
@@ -73,6 +74,7 @@ async def create_stream(
         display_url=checked.display_url,
         owner=principal.id,
         requested_url=source_url,
+        label=request.label,
     )
     revocation.stream_started(stream, principal)
     return stream.stats()

@@ -13,10 +13,12 @@ SwapEngineName = Literal["inswapper", "mesh", "classic", "passthrough"]
 # "auto": inswapper when its weights are in the model directory, else mesh when its landmark model is imported or
 # importable, else classic (what `swapcast serve` and `swapcast swap` run unless told otherwise).
 SwapEngineChoice = Literal["auto", SwapEngineName]
-# The runtimes a model can run on; "auto" picks a TensorRT plan built for this GPU, else PyTorch on CUDA,
-# else ONNX Runtime (app.runtime.backend).
+# The runtimes a model can run on in this process; "auto" picks a TensorRT plan built for this GPU, else
+# PyTorch on CUDA, else ONNX Runtime (app.runtime.backend).
 RunBackend = Literal["onnxruntime", "tensorrt", "torch"]
-BackendName = Literal["auto", RunBackend]
+LocalBackend = Literal["auto", RunBackend]
+# "triton": face crops and latents go to a Triton server (SWAPCAST_TRITON_URL); detection stays local.
+BackendName = Literal[LocalBackend, "triton"]
 
 
 def literal_values(kind: Any) -> tuple[str, ...]:
@@ -38,6 +40,7 @@ __all__ = [
     "SWAP_ENGINES",
     "SWAP_ENGINE_CHOICES",
     "BackendName",
+    "LocalBackend",
     "Precision",
     "RunBackend",
     "SwapEngineChoice",

@@ -21,6 +21,12 @@ class Metrics:
         r.register(CaptureCollector())  # CUDA-graph captures of the torch backend (process-wide counts)
         self.ready = Gauge("swapcast_ready", "1 once models are loaded and warmed, else 0.", registry=r)
         self.sessions_active = Gauge("swapcast_sessions_active", "Open WebRTC sessions.", registry=r)
+        self.session_capacity = Gauge(
+            "swapcast_session_capacity",
+            "Sessions this replica admits at most: 0 when not ready or draining.",
+            registry=r,
+        )
+        self.draining = Gauge("swapcast_draining", "1 while draining (no new sessions or streams).", registry=r)
         self.streams_active = Gauge("swapcast_streams_active", "Running RTSP ingest streams.", registry=r)
         self.sessions_closed = Counter(
             "swapcast_sessions_closed", "WebRTC sessions ended, by why.", ["reason"], registry=r

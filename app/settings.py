@@ -8,7 +8,7 @@ from typing import Literal
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from app.names import BackendName, Precision, SwapEngineChoice
+from app.names import BackendName, LocalBackend, Precision, SwapEngineChoice
 
 
 def default_model_dir() -> Path:
@@ -50,6 +50,12 @@ class PipelineSettings(BaseSettings):
     backend: BackendName = "auto"
     # fp16 and int8 load the variants made by `swapcast engines fp16|int8|build-trt NAME` when present.
     precision: Precision = "fp32"
+    triton_url: str = "127.0.0.1:8001"  # gRPC address of the Triton server for backend "triton"
+
+    @property
+    def local_backend(self) -> LocalBackend:
+        """The backend of the models that run in this process: with Triton, what a local run would load."""
+        return "auto" if self.backend == "triton" else self.backend
 
 
 class BatchingSettings(BaseSettings):

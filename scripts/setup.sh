@@ -18,8 +18,12 @@ if command -v apt-get >/dev/null 2>&1 && { [ "$(id -u)" -eq 0 ] || [ -n "$SUDO" 
         gstreamer1.0-plugins-ugly gstreamer1.0-libav gstreamer1.0-rtsp \
         gir1.2-gst-rtsp-server-1.0 gir1.2-gst-plugins-base-1.0 \
         libgirepository1.0-dev libcairo2-dev pkg-config gcc >/dev/null
+    # haproxy: `haproxy -c` on the session-routing config and the two-replica routing test. coturn: the
+    # TURN test of time-limited credentials. prometheus: promtool checks and a real scrape of the server.
+    $SUDO apt-get install -y -qq --no-install-recommends haproxy coturn prometheus >/dev/null
 fi
 
 python3 -m venv .venv
 .venv/bin/pip install -q -e '.[test]'
+bash scripts/setup-triton.sh
 echo "swapcast is installed in .venv"

@@ -24,6 +24,7 @@ def _commands() -> list[Register]:
         provenance,
         serve,
         swap,
+        triton,
         watermark,
     )
 
@@ -43,6 +44,7 @@ def _commands() -> list[Register]:
         bench_watermark.register,
         watermark.register,
         provenance.register,
+        triton.register,
     ]
 
 

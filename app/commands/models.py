@@ -126,7 +126,7 @@ def _variants(name: str, store: ModelStore) -> list[dict[str, Any]]:
     found = list_variants(
         files.model,
         files.sha256,
-        settings.backend,
+        settings.local_backend,  # Triton: what a local run would load
         settings.precision,
         runs_from=dynamic if dynamic.is_file() else None,
     )

@@ -90,6 +90,7 @@ def run(args: argparse.Namespace) -> int:
     from app.auth.access import Access
     from app.server.app import create_app
     from app.server.connections import uvicorn_options
+    from app.server.draining_server import DrainingServer
     from app.server.state import ServerState
 
     settings = build_settings(args)
@@ -157,7 +158,7 @@ def run(args: argparse.Namespace) -> int:
         ssl_certfile=str(tls.tls_cert) if tls.tls_cert else None,
         ssl_keyfile=str(tls.tls_key) if tls.tls_key else None,
     )
-    server = uvicorn.Server(config)
+    server = DrainingServer(config, app.state.drain)
     stops: list[int] = []
     # uvicorn shuts down gracefully on SIGINT/SIGTERM and then raises the signal again under the handlers
     # that were there before it; these make that second delivery a no-op so a requested stop exits 0.

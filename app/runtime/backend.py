@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Literal
 
 from app.errors import ModelError
-from app.names import BackendName, Precision, RunBackend
+from app.names import LocalBackend, Precision, RunBackend
 from app.runtime.model import Model
 from app.runtime.onnx import OnnxModel
 from engines.model_files import ModelFiles
@@ -92,7 +92,7 @@ def _engine(
 
 def choose(
     path: Path,
-    backend: BackendName = "auto",
+    backend: LocalBackend = "auto",
     precision: Precision = "fp32",
     *,
     source: Path | None = None,
@@ -135,7 +135,7 @@ def _has_engines(source: Path, precision: Precision) -> bool:
 
 def load_backend(
     path: Path,
-    backend: BackendName = "auto",
+    backend: LocalBackend = "auto",
     threads: int | None = None,
     precision: Precision = "fp32",
     *,
@@ -187,7 +187,7 @@ class VariantInfo:
 def list_variants(
     source: Path,
     source_sha256: str | None,
-    backend: BackendName,
+    backend: LocalBackend,
     precision: Precision,
     *,
     runs_from: Path | None = None,

@@ -1,5 +1,6 @@
 """The FastAPI application: `create_app()` wires settings, state, routes and the web page."""
 
+import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -12,11 +13,13 @@ from fastapi.staticfiles import StaticFiles
 from app.auth.access import Access
 from app.auth.browser import BrowserGuard
 from app.auth.guard import PUBLIC
+from app.server.drain import Drain, DrainGate
 from app.server.errors import install_error_handlers
 from app.server.limits import BodyLimitMiddleware
 from app.server.openapi import describe_real_bodies
+from app.server.public_url import AbsoluteLocation
 from app.server.revocation import RevocationWatcher
-from app.server.routes import health, identities, sessions, streams
+from app.server.routes import health, identities, operations, sessions, streams
 from app.server.routes.identities import upload_limit
 from app.server.settings import ServerSettings
 from app.server.state import PipelineFactory, ServerState, StateListener
@@ -37,9 +40,15 @@ def create_app(
     state = ServerState(settings, pipeline_factory, on_change)
     access = Access(settings.access, bind_host=settings.host, public_host=settings.public_host)
     watcher = RevocationWatcher(state, access)
+    drain = Drain(settings.drain_timeout_s, lambda: len(state.sessions or ()) + len(state.streams or ()))
+    state.metrics.session_capacity.set_function(
+        lambda: float(settings.max_sessions) if state.ready and not drain.draining else 0.0
+    )
+    state.metrics.draining.set_function(lambda: float(drain.draining))
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        drain.bind(asyncio.get_running_loop())
         await state.start()
         watcher.start()
         try:
@@ -53,6 +62,7 @@ def create_app(
     app.state.swapcast = state
     app.state.access = access
     app.state.revocation = watcher
+    app.state.drain = drain
 
     def limit_for(path: str) -> int:
         if path.startswith("/v1/identities"):
@@ -62,6 +72,14 @@ def create_app(
         return settings.max_json_bytes
 
     app.add_middleware(BodyLimitMiddleware, limit_for=limit_for)
+    app.add_middleware(
+        DrainGate,
+        drain=drain,
+        retry_after_s=settings.retry_after_s,
+        on_refused=lambda resource: state.metrics.admission_rejections.labels(resource, "draining").inc(),
+    )
+    if settings.public_base_url is not None:
+        app.add_middleware(AbsoluteLocation, base_url=str(settings.public_base_url))
     install_error_handlers(app, settings)
     describe_real_bodies(app)
     if settings.access.cors_origins:
@@ -78,6 +96,7 @@ def create_app(
     app.include_router(identities.router)
     app.include_router(sessions.router)
     app.include_router(streams.router)
+    app.include_router(operations.router)
 
     @app.get("/", include_in_schema=False, dependencies=PUBLIC)
     async def index() -> FileResponse:

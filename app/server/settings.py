@@ -6,12 +6,13 @@ from pathlib import Path
 from typing import Literal
 
 from limits import parse
-from pydantic import Field, field_validator, model_validator
+from pydantic import AnyHttpUrl, Field, IPvAnyAddress, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from app.auth.settings import AccessSettings
 from app.provenance.settings import ProvenanceSettings
 from app.server.connections import ConnectionLimits
+from app.server.ice import IceSettings
 from app.settings import BatchingSettings, ModelStoreSettings, PipelineSettings
 
 VideoCodec = Literal["H264", "VP8"]
@@ -77,6 +78,12 @@ class ServerSettings(BaseSettings):
     keep_alive_s: float = Field(5.0, gt=0)
     max_connections: int = Field(512, ge=1)
     max_connections_per_client: int = Field(64, ge=1)
+    # Deployment: SIGTERM or POST /v1/server/drain lets open sessions run this long before the server stops;
+    # absolute Location URLs naming this replica; the address ICE host candidates advertise behind a NAT.
+    drain_timeout_s: float = Field(300.0, ge=0)
+    public_base_url: AnyHttpUrl | None = None
+    advertised_address: IPvAnyAddress | None = None
+    ice: IceSettings = Field(default_factory=IceSettings)
 
     allow_file_sources: bool = False  # let POST /v1/streams read local files (tests, demos)
     # Where ingest may connect (see app/server/ingest_policy.py): when set, the only networks a source may be in

@@ -242,6 +242,15 @@ function iceGatheringComplete(pc, timeoutMs = 5000) {
   });
 }
 
+// STUN, and TURN with credentials minted for this session, as the server is configured; none on a LAN.
+async function iceServers() {
+  try {
+    const response = await api("/v1/ice-servers");
+    if (response.ok) return (await response.json()).iceServers;
+  } catch (_) { /* no ICE servers: host candidates only */ }
+  return [];
+}
+
 async function start() {
   const status = $("session-status");
   window.swapcast.state = "starting";
@@ -254,7 +263,7 @@ async function start() {
     });
     $("local-video").srcObject = page.stream;
 
-    const pc = new RTCPeerConnection();
+    const pc = new RTCPeerConnection({ iceServers: await iceServers() });
     page.pc = pc;
     updateButtons();
     pc.addTransceiver(page.stream.getVideoTracks()[0], { direction: "sendrecv", streams: [page.stream] });

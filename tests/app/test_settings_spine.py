@@ -21,7 +21,7 @@ from engines.store import ModelStore
 def test_names_are_defined_once_and_reused() -> None:
     assert SWAP_ENGINES == ("inswapper", "mesh", "classic", "passthrough")
     assert ("auto", *SWAP_ENGINES) == SWAP_ENGINE_CHOICES
-    assert BACKENDS == ("auto", "onnxruntime", "tensorrt", "torch")
+    assert BACKENDS == ("auto", "onnxruntime", "tensorrt", "torch", "triton")
     assert PRECISIONS == ("fp32", "fp16", "int8")
 
 

@@ -179,6 +179,10 @@ def upload_post(w: World, caller: str) -> Request:
     return "POST", "/v1/identities", {"files": {"image": ("tom.png", w.photo)}}
 
 
+def proxied_drain(w: World, caller: str) -> Request:
+    return "POST", "/v1/server/drain", {"headers": {"X-Forwarded-For": "203.0.113.7"}}
+
+
 CASES: dict[tuple[str, str], Case] = {
     ("GET", "/"): Case(plain("GET", "/"), 200, 200),
     ("GET", "/healthz"): Case(plain("GET", "/healthz"), 200, 200),
@@ -205,6 +209,10 @@ CASES: dict[tuple[str, str], Case] = {
     ("DELETE", "/v1/streams/{stream_id}"): Case(item("DELETE", "/v1/streams/{}", World.stream), 204, 404),
     # Only a failed stream restarts: the owner and admin hear that this one is not failed, others nothing.
     ("POST", "/v1/streams/{stream_id}/restart"): Case(item("POST", "/v1/streams/{}/restart", World.stream), 409, 404),
+    # Draining is for the host's own operator only: through a proxy every caller is refused.
+    ("POST", "/v1/server/drain"): Case(proxied_drain, 403, 403),
+    ("GET", "/v1/server/drain"): Case(plain("GET", "/v1/server/drain"), 200, 200),
+    ("GET", "/v1/ice-servers"): Case(plain("GET", "/v1/ice-servers"), 200, 200),
 }
 
 

@@ -104,6 +104,8 @@ def test_schema_fuzzing_finds_no_5xx_and_no_schema_violation(server_url: str) ->
     deadline = time.monotonic() + BUDGET_S
     operations = [result.ok() for result in schema.get_all_operations()]
     assert len(operations) >= 14
+    # Draining stops the server taking work (every later request would be 503): it has tests of its own.
+    operations = [op for op in operations if (op.method.upper(), op.path) != ("POST", "/v1/server/drain")]
     statuses: list[int] = []
     for operation in operations:
         for mode in (GenerationMode.POSITIVE, GenerationMode.NEGATIVE):

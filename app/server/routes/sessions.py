@@ -7,6 +7,7 @@ from pydantic import BaseModel, Field
 
 from app.auth.guard import AccessDep, SessionsUser, client_address
 from app.identity.store import IdentityNotFound
+from app.media.advertise import advertise_host_candidates
 from app.server.deps import RevocationDep, SessionsDep, StateDep
 from app.server.limits import media_type, read_capped
 from app.server.owned import owned_session, owned_source
@@ -51,6 +52,8 @@ async def create_session(
     if not state.store.exists(identity):  # deleted while this session was negotiated
         await session.close("identity deleted")
         raise IdentityNotFound(identity)
+    if settings.advertised_address is not None:
+        answer = advertise_host_candidates(answer, str(settings.advertised_address))
     headers = {"Location": f"/v1/sessions/{session.id}"}
     if session.rtsp_url:
         headers["X-RTSP-URL"] = session.rtsp_url

@@ -61,6 +61,7 @@ async def create_stream(
     state: StateDep,
     streams: StreamsDep,
     revocation: RevocationDep,
+    response: Response,
 ) -> dict[str, Any]:
     state.rate_limiter.hit("streams", principal.id, client_address(http))
     source_url = check_source(request.source_url, state.settings)
@@ -77,6 +78,7 @@ async def create_stream(
         label=request.label,
     )
     revocation.stream_started(stream, principal)
+    response.headers["Location"] = f"/v1/streams/{stream.id}"
     return stream.stats()
 
 

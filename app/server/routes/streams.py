@@ -66,8 +66,8 @@ async def create_stream(
     state.rate_limiter.hit("streams", principal.id, client_address(http))
     source_url = check_source(request.source_url, state.settings)
     streams.check_available()
+    source = await owned_source(state, principal, request.identity)  # before probing anything for the request
     checked = await _checked(state, source_url)
-    source = await owned_source(state, principal, request.identity)
     stream = await streams.open(
         checked.connect_url,
         request.identity,

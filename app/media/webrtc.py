@@ -37,6 +37,7 @@ from aiortc import (
 )
 from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
 
+from app.media.hops import HopRecorder, install_timed_encoders
 from app.media.mailbox import Mailbox
 from app.observability import Metrics
 from app.pipeline.pipeline import FramePipeline
@@ -200,15 +201,15 @@ class SwappedVideoTrack(MediaStreamTrack):
 
     kind = "video"
 
-    def __init__(self, on_sent: Callable[[float], None], on_dropped: Callable[[], None]) -> None:
+    def __init__(self, on_sent: Callable[[float, float], None], on_dropped: Callable[[], None]) -> None:
         super().__init__()
         self._on_sent = on_sent
-        self._frames: Mailbox[tuple[av.VideoFrame, float]] = Mailbox(
+        self._frames: Mailbox[tuple[av.VideoFrame, float, float]] = Mailbox(
             on_drop=lambda _reason, _count: on_dropped(), wakes_loop=True
         )
 
-    def put(self, frame: av.VideoFrame, arrived: float) -> None:
-        self._frames.put((frame, arrived))
+    def put(self, frame: av.VideoFrame, arrived: float, processed: float) -> None:
+        self._frames.put((frame, arrived, processed))
 
     async def recv(self) -> av.VideoFrame:
         while True:
@@ -216,8 +217,8 @@ class SwappedVideoTrack(MediaStreamTrack):
                 raise MediaStreamError
             item = self._frames.take()
             if item is not None:
-                frame, arrived = item
-                self._on_sent(arrived)
+                frame, arrived, processed = item
+                self._on_sent(arrived, processed)
                 return frame
             await self._frames.wait_async()
 
@@ -260,9 +261,11 @@ class Session:
         self.close_reason: str | None = None
         self.closed = asyncio.Event()
         self.counters = SessionCounters()
+        self.hops = HopRecorder(metrics.hop_seconds, KIND)
+        install_timed_encoders()
         self.marker: FrameMarker | None = None  # watermark and label of every output frame
         self._pipeline = pipeline
-        self._tracker = pipeline.new_stream()
+        self._live = pipeline.new_live_stream()
         self._executor = executor
         self._metrics = metrics
         self._config = config
@@ -383,26 +386,38 @@ class Session:
                 continue
             if done is None:
                 continue
-            out, image, arrived = done
+            out, image, arrived, processed = done
             self._metrics.observe_stages(timer)
-            self.output.put(out, arrived)
+            self.hops.observe_stages(timer)
+            self.output.put(out, arrived, processed)
             await self._publish(image)
 
-    def _process_newest(self, timer: StageTimer) -> tuple[av.VideoFrame, Image, float] | None:
+    def _process_newest(self, timer: StageTimer) -> tuple[av.VideoFrame, Image, float, float] | None:
         """Runs in the executor. The frame is taken only when a thread is free for it, so a session that waited
         for a thread behind other sessions still processes its newest frame; likewise the identity."""
         pending = self._pending.take()
         if pending is None:
             return None
         frame, arrived = pending
+        self.hops.observe("queue", time.monotonic() - arrived)
         out, image = self._process(frame, self.source, timer)
-        return out, image, arrived
+        out.opaque = self._encode_callback(arrived)
+        return out, image, arrived, time.monotonic()
+
+    def _encode_callback(self, arrived: float) -> Callable[[float, float], None]:
+        """Called by the encoder's thread (app.media.hops.TimedEncoder) once this frame is encoded."""
+
+        def encoded(started: float, ended: float) -> None:
+            self.hops.observe("encode", ended - started)
+            self.hops.observe("total", ended - arrived)
+
+        return encoded
 
     def _process(self, frame: av.VideoFrame, source: PreparedSource, timer: StageTimer) -> tuple[av.VideoFrame, Image]:
         """Convert, swap, convert back, keeping the input's timestamp."""
         with timer.stage("convert_in"):
             image = np.asarray(frame.to_ndarray(format="bgr24"), np.uint8)
-        result = self._pipeline.process([image], source, self._tracker, timer, session=self.id)[0].image
+        result = self._pipeline.process_live(image, source, self._live, timer, self.id).image
         if self.marker is not None:
             with timer.stage("mark"):
                 result = self.marker.apply(result)
@@ -434,8 +449,9 @@ class Session:
             self._close_publisher()
             self._publisher_factory = None
 
-    def _on_sent(self, arrived: float) -> None:
+    def _on_sent(self, arrived: float, processed: float) -> None:
         now = time.monotonic()
+        self.hops.observe("output_wait", now - processed)
         counters = self.counters
         counters.frames_out += 1
         counters.rate_out.add(now)
@@ -500,6 +516,7 @@ class Session:
             "fps_in": round(c.rate_in.rate(now), 1),
             "fps_out": round(c.rate_out.rate(now), 1),
             "latency_ms": latency,
+            "hops_ms": self.hops.summary(),
             "drops": dict(c.drops),
             "dropped": sum(c.drops.values()),
             "rtsp_url": self.rtsp_url,
@@ -542,6 +559,7 @@ class Session:
             self._close_publisher()
         finally:
             self._pending.discard()
+            self._live.close()
             self.state = "closed"
             self.closed.set()
             self._on_closed(self)

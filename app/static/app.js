@@ -357,6 +357,8 @@ async function updateStats() {
       window.swapcast.server = s;
       $("stat-server-fps").textContent = `${s.fps_in} / ${s.fps_out}`;
       $("stat-server-latency").textContent = `${ms(s.latency_ms.p50)} / ${ms(s.latency_ms.p95)}`;
+      const hops = Object.entries(s.hops_ms || {}).map(([hop, v]) => `${hop} ${Math.round(v.p95)}`).join(" · ");
+      $("stat-server-hops").textContent = hops ? `${hops} ms` : "—";
       const reasons = Object.entries(s.drops).map(([k, v]) => `${k} ${v}`).join(", ");
       $("stat-server-drops").textContent = `${s.dropped} of ${s.frames_in}${reasons ? ` (${reasons})` : ""}`;
       $("stat-codec").textContent = s.codec || "—";

@@ -29,6 +29,7 @@ def media(tmp_path_factory: pytest.TempPathFactory, model_root: Path) -> dict[st
     return {"source": source, "video": video, "image": target_image, "dir": folder}
 
 
+@pytest.mark.slow
 def test_video_swap_keeps_frames_fps_and_audio(media: dict[str, Path], tmp_path: Path) -> None:
     out = tmp_path / "swapped.mp4"
     code = main(
@@ -75,6 +76,7 @@ def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
     ["missing source", "source not an image", "corrupt video", "no face in source", "unknown engine",
      "output directory missing", "output beside a file", "wrong output type"],
 )  # fmt: skip
+@pytest.mark.slow
 def test_bad_input_gives_one_line_and_no_output(case: str, media: dict[str, Path], tmp_path: Path) -> None:
     source, target, out = media["source"], media["video"], tmp_path / "out.mp4"
     extra: list[str] = []

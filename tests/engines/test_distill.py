@@ -125,6 +125,7 @@ def _student() -> SRVGG:
     return SRVGG(SRVGGSpec.compact(8, 2))
 
 
+@pytest.mark.slow
 def test_distillation_loss_falls(sr_data: tuple[SRSet, SRSet], tmp_path: Path) -> None:
     train, heldout = sr_data
     config = DistillConfig(steps=40, batch=8, lr=2e-3, checkpoint_every=20)
@@ -142,6 +143,7 @@ class _Killed(Exception):
     pass
 
 
+@pytest.mark.slow
 def test_killed_run_resumes_to_the_same_weights(sr_data: tuple[SRSet, SRSet], tmp_path: Path) -> None:
     data = sr_train_data(sr_data[0])
     config = DistillConfig(steps=8, batch=4, lr=1e-3, checkpoint_every=2)
@@ -167,6 +169,7 @@ def test_killed_run_resumes_to_the_same_weights(sr_data: tuple[SRSet, SRSet], tm
     assert fresh.resumed_from == 0
 
 
+@pytest.mark.slow
 def test_swap_student_end_to_end(
     detector: RetinaFaceDetector, model: Callable[[str], Path], tmp_path: Path, store: ModelStore
 ) -> None:

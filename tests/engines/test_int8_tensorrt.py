@@ -53,6 +53,7 @@ def initializer_arrays(model: onnx.ModelProto) -> dict[str, np.ndarray]:
     return {init.name: numpy_helper.to_array(init) for init in model.graph.initializer}
 
 
+@pytest.mark.slow
 def test_the_onnxruntime_form_has_what_tensorrt_refuses(forms: dict[str, Path]) -> None:
     problems = tensorrt_qdq_problems(onnx.load(str(forms["onnxruntime"])))
     assert any("takes INT32" in p for p in problems)  # QuantizeBias: INT32 bias DequantizeLinear
@@ -94,6 +95,7 @@ def test_float16_rest_runs_the_unquantized_layers_in_fp16(forms: dict[str, Path]
             )
 
 
+@pytest.mark.slow
 def test_accuracy_of_each_form_on_held_out_crops(
     enhancer_data: tuple[Path, CalibrationSet, dict[str, np.ndarray]], forms: dict[str, Path]
 ) -> None:
@@ -113,6 +115,7 @@ def cli(store: ModelStore, monkeypatch: pytest.MonkeyPatch) -> Callable[[list[st
     return app.cli.main
 
 
+@pytest.mark.slow
 def test_engines_int8_target_tensorrt_writes_the_tensorrt_form(
     cli: Callable[[list[str]], int], store: ModelStore, capsys: pytest.CaptureFixture[str]
 ) -> None:

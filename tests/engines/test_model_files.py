@@ -32,7 +32,7 @@ def test_names_are_the_ones_existing_model_folders_hold(tmp_path: Path) -> None:
         "int8 record": files.variant_record("int8"),
         "engine": files.engine("NVIDIA H200", "fp16"),
         "manifest": files.engine_manifest("NVIDIA H200", "fp16"),
-        "trt calibration": files.calibration_cache("NVIDIA H200", "int8"),
+        "trt calibration": files.calibration_cache("NVIDIA H200", "int8", "0123456789abcdef" * 4, "10.9.0.34"),
         "calibration data": files.calibration_data,
         "timing": files.timing_cache("NVIDIA H200", "10.9.0.34"),
     }
@@ -45,7 +45,8 @@ def test_names_are_the_ones_existing_model_folders_hold(tmp_path: Path) -> None:
         "int8 record": "inswapper_128.int8.json",
         "engine": "inswapper_128.nvidia-h200.fp16.engine",
         "manifest": "inswapper_128.nvidia-h200.fp16.json",
-        "trt calibration": "inswapper_128.nvidia-h200.int8.calibration.cache",
+        # Keyed by the calibration data and TensorRT version on purpose: an older cache is never read.
+        "trt calibration": "inswapper_128.nvidia-h200.int8.calib-0123456789abcdef.trt10.9.0.34.cache",
         "calibration data": "inswapper_128.calibration.npz",
         "timing": "timing.nvidia-h200.trt10.9.0.34.cache",
     }

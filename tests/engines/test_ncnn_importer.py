@@ -120,6 +120,7 @@ def _sharpness(rgb_u8: np.ndarray) -> float:
         ("realesrgan_x4plus_anime", 24, 32),
     ],
 )
+@pytest.mark.slow
 def test_matches_ncnn_reference(
     name: str,
     rows: int,
@@ -140,6 +141,7 @@ def test_matches_ncnn_reference(
     assert float(got.std()) > 0.05
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["realesr_animevideov3_x2", "realesrgan_x4plus"])
 def test_batch_matches_single_items(name: str, converted: Callable[[str], Path], astronaut: np.ndarray) -> None:
     a = _to_chw(astronaut[FACE][:24, :24])

@@ -93,6 +93,7 @@ def landmark_error(want: list[Face], got: list[Face]) -> float:
 # -- FP16 ---------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", MODELS)
 def test_fp16_keeps_fp32_inputs_and_outputs_and_halves_the_weights(
     name: str, sources: dict[str, Path], fp16: dict[str, Path]
@@ -115,6 +116,7 @@ def test_fp16_detector_finds_the_same_faces_within_a_pixel(
         assert landmark_error(want, got) <= 1.0
 
 
+@pytest.mark.slow
 def test_fp16_enhancer_psnr_at_least_35_db(
     sources: dict[str, Path], fp16: dict[str, Path], held_out: np.ndarray
 ) -> None:
@@ -129,6 +131,7 @@ def test_fp16_swapper_within_tolerance(sources: dict[str, Path], fp16: dict[str,
     assert report.max_abs <= 0.02, report.describe()
 
 
+@pytest.mark.slow
 def test_fp16_arithmetic_swapper_and_detector_within_tolerance(
     sources: dict[str, Path], fp16: dict[str, Path], held_out: np.ndarray, astronaut: Image
 ) -> None:
@@ -198,6 +201,7 @@ def test_psnr_and_comparison_basics() -> None:
 # -- INT8 ---------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_int8_models_are_qdq_and_smaller(sources: dict[str, Path], int8: dict[str, Path]) -> None:
     for name in MODELS:
         ops = {node.op_type for node in onnx.load(str(int8[name])).graph.node}
@@ -215,6 +219,7 @@ def test_int8_detector_finds_the_same_faces_within_the_measured_tolerance(
         assert landmark_error(want, got) <= tolerance
 
 
+@pytest.mark.slow
 def test_int8_enhancer_psnr(sources: dict[str, Path], int8: dict[str, Path], held_out: np.ndarray) -> None:
     report = measure(sources["realesr_animevideov3_x2"], int8["realesr_animevideov3_x2"], {"input": held_out})
     assert report.min_psnr is not None and report.min_psnr >= 33.0, report.describe()

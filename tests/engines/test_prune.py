@@ -88,6 +88,7 @@ def test_pruned_srvgg_is_smaller_and_equals_the_masked_network(model: Callable[[
     assert psnr(out, run_net(net, x)) < 60  # something was really removed
 
 
+@pytest.mark.slow
 def test_pruned_x4plus_equals_the_masked_network(model: Callable[[str], Path]) -> None:
     net = RRDBNet.from_onnx(model("realesrgan_x4plus"))
     ratios = {g.name: 0.25 for g in layout(net).groups}
@@ -189,6 +190,7 @@ def test_count_cost_matches_model_cost_of_the_export(tmp_path: Path) -> None:
     assert count_cost(layout(net), widths) == (params, macs_per_pixel)
 
 
+@pytest.mark.slow
 def test_scan_and_allocation_reach_the_target(model: Callable[[str], Path], tmp_path: Path) -> None:
     net = SRVGG.from_onnx(model("realesr_animevideov3_x4"))
     x = face_batch(16)

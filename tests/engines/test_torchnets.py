@@ -64,6 +64,7 @@ def test_srvgg_equals_onnxruntime(name: str, scale: int, model: Callable[[str], 
     assert float(expected.std()) > 0.05  # an image, not a constant
 
 
+@pytest.mark.slow
 def test_rrdbnet_equals_onnxruntime(model: Callable[[str], Path]) -> None:
     path = model("realesrgan_x4plus")
     net = RRDBNet.from_onnx(path)
@@ -133,6 +134,7 @@ def _small_rrdb(seed: int = 0) -> RRDBNet:
     ],
     ids=["rrdbnet", "srvgg_x2", "srvgg_x3", "swapper"],
 )
+@pytest.mark.slow
 def test_export_round_trip(make: Callable[[], torch.nn.Module], tmp_path: Path) -> None:
     torch.manual_seed(3)
     net = make().eval()

@@ -174,6 +174,7 @@ def test_ffprobe_sees_h264_640x480(server: RtspServer, publisher: RtspPublisher,
     assert (stream["codec_name"], stream["width"], stream["height"]) == ("h264", 640, 480)
 
 
+@pytest.mark.slow
 @needs_rtsp
 def test_pyav_client_gets_the_pushed_frames(server: RtspServer, publisher: RtspPublisher, clip: MotionClip) -> None:
     burst = clip.frames[0].copy()
@@ -266,6 +267,7 @@ def test_two_clients_at_once(server: RtspServer, publisher: RtspPublisher, clip:
     assert wait_for(lambda: server.client_count(publisher.path) == 0, 5.0)
 
 
+@pytest.mark.slow
 @needs_rtsp
 def test_clients_that_come_right_after_each_other_are_served(
     server: RtspServer, publisher: RtspPublisher, clip: MotionClip
@@ -314,6 +316,7 @@ def test_ingest_processes_and_republishes(server: RtspServer, clip: MotionClip) 
     assert max(unflipped_scores) < min(flipped_scores) - 5.0
 
 
+@pytest.mark.slow
 @needs_rtsp
 def test_ingest_reconnects_when_the_source_comes_back(clip: MotionClip) -> None:
     states: list[str] = []

@@ -42,6 +42,7 @@ def test_the_alignment_template_is_the_canonical_mesh_roi() -> None:
     assert np.allclose(TEMPLATES["face_mesh"], mesh_template(), atol=1e-6)
 
 
+@pytest.mark.slow
 def test_dense_landmarks_land_on_the_detected_face(
     detector: RetinaFaceDetector, landmarker: FaceMeshLandmarker, astronaut: Image, t1: Image
 ) -> None:

@@ -22,6 +22,7 @@ def identity_pipeline(detector: RetinaFaceDetector) -> FramePipeline:
     return FramePipeline(detector, PassthroughEngine(), config=PipelineConfig(paste=PasteConfig(mask="box")))
 
 
+@pytest.mark.slow
 def test_identity_swap_keeps_every_frame(identity_pipeline: FramePipeline, astronaut: Image, t1: Image) -> None:
     clip = make_motion_clip(astronaut, size=(640, 480), frames=12, pan_px=20, zoom=0.1, rotate_deg=4.0, seed=2)
     frames = [*clip.frames, t1]

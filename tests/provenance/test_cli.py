@@ -31,6 +31,7 @@ def swap(media: dict[str, Path], out: Path) -> int:
     )  # fmt: skip
 
 
+@pytest.mark.slow
 def test_swapped_file_is_marked_signed_and_traced_to_its_issue(
     media: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -49,6 +49,7 @@ def unit_latents(count: int) -> np.ndarray:
 # -- PyTorch backend parity -----------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_torch_matches_onnxruntime_on_the_narrow_swapper(store: ModelStore, crops: np.ndarray) -> None:
     feeds = {"target": crops[:2], "source": unit_latents(2)}
     fixed = store.ensure("reference_swapper_narrow")  # batch fixed at 1: run item by item
@@ -62,6 +63,7 @@ def test_torch_matches_onnxruntime_on_the_narrow_swapper(store: ModelStore, crop
         assert float(np.abs(got - want).max()) <= PARITY
 
 
+@pytest.mark.slow
 def test_torch_matches_onnxruntime_on_the_detector(store: ModelStore, t1: Image, astronaut: Image) -> None:
     path = store.ensure("retinaface_mnet025")
     blob = np.concatenate([letterbox(t1, 640), letterbox(astronaut, 640)])[:, :, :480, :]
@@ -73,6 +75,7 @@ def test_torch_matches_onnxruntime_on_the_detector(store: ModelStore, t1: Image,
         assert a.shape == b.shape and float(np.abs(a - b).max()) <= PARITY
 
 
+@pytest.mark.slow
 def test_torch_matches_onnxruntime_on_realesrgan_x2(store: ModelStore, crops: np.ndarray) -> None:
     path = store.ensure("realesr_animevideov3_x2")
     (got,) = TorchModel(path, device="cpu", threads=2).run({"input": crops[:2, :, :96, :80]})
@@ -86,6 +89,7 @@ def test_torch_fp16_on_a_cpu_runs_fp32(store: ModelStore) -> None:
     assert model.precision == "fp32" and model.providers == ["torch:cpu:fp32"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", ["onnxruntime", "torch"])
 def test_a_fixed_batch_graph_runs_a_batch_in_slices_says_so_once_and_closes(
     store: ModelStore, crops: np.ndarray, backend: str, caplog: pytest.LogCaptureFixture
@@ -116,6 +120,7 @@ def detector_fp16(own_store: ModelStore) -> Iterator[Path]:
     yield path
 
 
+@pytest.mark.slow
 def test_fp16_variant_is_loaded_when_the_precision_asks(own_store: ModelStore, detector_fp16: Path) -> None:
     source = own_store.ensure("retinaface_mnet025")
     sha, _ = own_store.expected("retinaface_mnet025")
@@ -203,6 +208,7 @@ def test_settings_read_backend_and_precision(monkeypatch: pytest.MonkeyPatch) ->
         PipelineSettings()
 
 
+@pytest.mark.slow
 def test_factory_loads_variants_and_keeps_the_emap(own_store: ModelStore, detector_fp16: Path, t1: Image) -> None:
     swapper_fp16, _ = make_fp16(own_store, "reference_swapper_narrow")
     settings = PipelineSettings(
@@ -233,6 +239,7 @@ def cli(own_store: ModelStore, monkeypatch: pytest.MonkeyPatch) -> Callable[[lis
     return app.cli.main
 
 
+@pytest.mark.slow
 def test_engines_int8_and_models_list_variants(
     cli: Callable[[list[str]], int],
     own_store: ModelStore,

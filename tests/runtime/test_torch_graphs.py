@@ -58,6 +58,7 @@ def test_folding_leaves_retinaface_no_shape_arithmetic_and_the_same_outputs(stor
         static_shapes(model, {})
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(SHAPES))
 def test_the_captured_module_reads_nothing_back_and_matches_onnxruntime(store: ModelStore, name: str) -> None:
     path = runnable(store, name)
@@ -85,6 +86,7 @@ def capture_count(model: str, outcome: str) -> float:
     return value or 0.0
 
 
+@pytest.mark.slow
 def test_a_failed_capture_is_remembered_and_graphs_are_bounded(
     store: ModelStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:

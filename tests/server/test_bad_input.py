@@ -191,6 +191,7 @@ def mutations(offer: str, rng: random.Random) -> Iterator[tuple[str, bytes, dict
         yield "POST /v1/sessions", text.encode("utf-8", "surrogatepass"), {"Content-Type": "application/sdp"}
 
 
+@pytest.mark.slow
 def test_fuzzed_requests_never_get_a_5xx(
     identity_dir: Path,
     pipeline_factory: Callable[[PipelineSettings], FramePipeline],

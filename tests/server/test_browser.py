@@ -100,6 +100,7 @@ def corner_diff(a: Image, b: Image) -> float:
     return float(np.abs(a[8:72, 8:136].astype(np.int16) - b[8:72, 8:136].astype(np.int16)).mean())
 
 
+@pytest.mark.slow
 def test_browser_streams_through_the_page(
     server: RunningServer, detector: RetinaFaceDetector, tmp_path: Path, t1: Image
 ) -> None:

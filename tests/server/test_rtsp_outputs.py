@@ -52,6 +52,7 @@ def check_swapped(frames: list[Image], clip: MotionClip, clip_faces: list[np.nda
         assert face_diff(frame, clip.frames[index], clip_faces[index]) > 12
 
 
+@pytest.mark.slow
 def test_a_session_is_published_over_rtsp(
     identity_dir: Path,
     pipeline_factory: Callable[[PipelineSettings], FramePipeline],
@@ -90,6 +91,7 @@ def test_a_session_is_published_over_rtsp(
         check_swapped(frames, clip, clip_faces)
 
 
+@pytest.mark.slow
 def test_an_ingest_stream_swaps_a_file_and_publishes_it(
     identity_dir: Path,
     pipeline_factory: Callable[[PipelineSettings], FramePipeline],

@@ -94,11 +94,17 @@ def test_swapped_frames_come_back_in_order_with_the_face_changed_and_the_stamp_i
     assert stats["frames_out"] >= 20
     assert set(stats["drops"]) <= {"superseded", "output_superseded"}
     assert stats["latency_ms"]["p50"] is not None
+    # Where the time went, hop by hop: decoded → queue → stages → output_wait → encode (total spans them).
+    hops = stats["hops_ms"]
+    assert {"queue", "convert_in", "detect", "track", "swap", "paste", "output_wait", "encode", "total"} <= set(hops)
+    assert hops["total"]["p50"] >= hops["encode"]["p50"] + hops["swap"]["p50"], hops
+    assert 'swapcast_hop_seconds_count{hop="encode",kind="session"}' in httpx.get(f"{server.base_url}/metrics").text
 
     session_url = f"{server.base_url}{response.headers['location']}"
     assert wait_until(lambda: httpx.get(session_url).status_code == 404, 15), "session outlived its client"
 
 
+@pytest.mark.slow
 def test_identity_switch_mid_stream_changes_the_output(
     server: RunningServer,
     tom_png: bytes,
@@ -190,6 +196,7 @@ def test_admission_limit_answers_503_with_retry_after_and_vp8_is_served_when_pre
         assert 'swapcast_admission_rejections_total{reason="capacity",resource="session"} 1.0' in metrics
 
 
+@pytest.mark.slow
 def test_a_client_that_vanishes_mid_stream_is_cleaned_up(
     identity_dir: Path, pipeline_factory: Callable[[PipelineSettings], FramePipeline], tom_png: bytes
 ) -> None:
@@ -231,6 +238,7 @@ def test_a_client_that_vanishes_mid_stream_is_cleaned_up(
     assert live_peer_connections() == 0
 
 
+@pytest.mark.slow
 def test_shutdown_closes_open_sessions_within_the_grace_period(
     identity_dir: Path, pipeline_factory: Callable[[PipelineSettings], FramePipeline], tom_png: bytes, clip: MotionClip
 ) -> None:
@@ -254,6 +262,7 @@ def test_shutdown_closes_open_sessions_within_the_grace_period(
     assert not server.thread.is_alive()
 
 
+@pytest.mark.slow
 def test_churn_leaves_no_sessions_tasks_threads_or_peer_connections(
     identity_dir: Path, pipeline_factory: Callable[[PipelineSettings], FramePipeline], tom_png: bytes, clip: MotionClip
 ) -> None:

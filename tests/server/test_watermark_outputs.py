@@ -24,6 +24,7 @@ from tests.server.harness import server_settings, start_server, upload
 UNAVAILABLE = rtsp_unavailable_reason()
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(UNAVAILABLE is not None, reason=f"GStreamer RTSP unavailable: {UNAVAILABLE}")
 @pytest.mark.skipif(shutil.which("ffmpeg") is None, reason="ffmpeg is not installed")
 def test_stream_output_over_rtsp_carries_the_streams_mark(

@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 import logging
 import secrets
+import socket
 import time
 from collections import Counter, deque
 from collections.abc import Awaitable, Callable, Iterable
@@ -61,6 +62,13 @@ class OfferError(Exception):
 PublisherFactory = Callable[[str, int, int], Any]
 
 
+# Remote candidates an offer may list: aioice checks every pair, so 300 of them made the server send 1,722 STUN
+# packets to 300 ports of the client's choosing in 20 s. A browser lists a handful per network interface.
+MAX_REMOTE_CANDIDATES = 16
+RECEIVING_DIRECTIONS = ("sendrecv", "sendonly")
+WATCHDOG_PERIOD_S = 0.25
+
+
 @dataclass(frozen=True)
 class SessionConfig:
     max_sessions: int = 4
@@ -68,6 +76,26 @@ class SessionConfig:
     ice_servers: tuple[str, ...] = ()
     connect_timeout_s: float = 20.0
     media_timeout_s: float = 10.0
+    # A client that does not complete ICE within this long is not coming: its slot frees long before the connect
+    # timeout (four canned offers with no peer behind them held every slot for 20 s).
+    ice_timeout_s: float = 5.0
+    max_remote_candidates: int = MAX_REMOTE_CANDIDATES
+
+
+def bindable_host_addresses() -> list[str]:
+    """The host addresses aioice would gather from that a UDP socket can bind to."""
+    import aioice.ice
+
+    usable = []
+    for address in aioice.ice.get_host_addresses(use_ipv4=True, use_ipv6=True):
+        family = socket.AF_INET6 if ":" in address else socket.AF_INET
+        with socket.socket(family, socket.SOCK_DGRAM) as probe:
+            try:
+                probe.bind((address, 0))
+            except OSError:
+                continue
+        usable.append(address)
+    return usable
 
 
 def use_host_addresses(addresses: Iterable[str]) -> None:
@@ -96,7 +124,11 @@ def codec_preferences(names: Iterable[str]) -> list[RTCRtpCodecCapability]:
     return ordered
 
 
-def check_offer(text: str) -> None:
+class MediaUnavailable(Exception):
+    """The server has no address to receive media on (answered with 503: nothing the client can fix)."""
+
+
+def check_offer(text: str, max_candidates: int = MAX_REMOTE_CANDIDATES) -> None:
     """Refuse what aiortc would choke on later or what this server cannot serve, with a reason."""
     if not text.startswith("v=0"):
         raise OfferError("not an SDP offer: it must start with v=0")
@@ -120,6 +152,13 @@ def check_offer(text: str) -> None:
             raise OfferError("RTCP mux is not enabled")
         if media.direction is None:
             raise OfferError(f"the {media.kind} section has no direction (sendrecv, sendonly, ...)")
+    if not videos[0].rtp.muxId:
+        raise OfferError("the video section has no a=mid")
+    if videos[0].direction not in RECEIVING_DIRECTIONS:
+        raise OfferError(f"the video section is {videos[0].direction}: send the camera (sendrecv or sendonly)")
+    candidates = sum(len(m.ice_candidates) for m in description.media)
+    if candidates > max_candidates:
+        raise OfferError(f"the offer lists {candidates} ICE candidates; at most {max_candidates} are accepted")
 
 
 def negotiated_codec(answer: str) -> str | None:
@@ -260,7 +299,7 @@ class Session:
 
     async def negotiate(self, offer: str) -> str:
         """Apply the client's offer and return the answer (ICE gathering complete: no trickle)."""
-        check_offer(offer)
+        check_offer(offer, self._config.max_remote_candidates)
         transceiver = self.pc.addTransceiver(self.output, direction="sendrecv")
         transceiver.setCodecPreferences(codec_preferences(self._config.codecs))
         if "\nm=audio " in offer:
@@ -279,6 +318,10 @@ class Session:
         except Exception as exc:  # offers that parse but leave aiortc unable to answer
             raise OfferError(f"cannot answer this offer: {_short(exc)}") from None
         local = self.pc.localDescription.sdp
+        if "\na=candidate:" not in local:
+            if not bindable_host_addresses():
+                raise MediaUnavailable("the server has no usable address for media (see SWAPCAST_ICE_HOST_ADDRESSES)")
+            raise OfferError("the offer leaves no media section to answer with candidates")
         self.codec = negotiated_codec(local)
         self.state = "connecting"
         self._spawn(self._watchdog(), "watchdog")
@@ -466,9 +509,13 @@ class Session:
 
     async def _watchdog(self) -> None:
         while True:
-            await asyncio.sleep(0.25)
+            await asyncio.sleep(WATCHDOG_PERIOD_S)
             now = time.monotonic()
             if self._connected_at is None:
+                ice = self.pc.iceConnectionState
+                if ice not in ("connected", "completed") and now - self._started > self._config.ice_timeout_s:
+                    self.request_close("ICE timeout")
+                    return
                 if now - self._started > self._config.connect_timeout_s:
                     self.request_close("connect timeout")
                     return
@@ -477,6 +524,15 @@ class Session:
                 return
 
     # --------------------------------------------------------------------------------- control
+
+    def frees_in(self) -> float | None:
+        """Seconds until this session closes for sure: while it connects, its ICE or connect deadline."""
+        if self._connected_at is not None:
+            return None
+        elapsed = time.monotonic() - self._started
+        ice = self.pc.iceConnectionState in ("connected", "completed")
+        deadline = self._config.connect_timeout_s if ice else self._config.ice_timeout_s
+        return max(0.0, deadline - elapsed) + WATCHDOG_PERIOD_S
 
     def switch(self, identity_id: str, source: PreparedSource) -> None:
         """Use another identity from the next frame on; no renegotiation."""

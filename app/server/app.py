@@ -16,6 +16,7 @@ from app.auth.guard import PUBLIC
 from app.server.drain import Drain, DrainGate
 from app.server.errors import install_error_handlers
 from app.server.limits import BodyLimitMiddleware
+from app.server.openapi import describe_real_bodies
 from app.server.public_url import AbsoluteLocation
 from app.server.revocation import RevocationWatcher
 from app.server.routes import audio, health, identities, operations, sessions, streams, whep
@@ -80,6 +81,7 @@ def create_app(
     if settings.public_base_url is not None:
         app.add_middleware(AbsoluteLocation, base_url=str(settings.public_base_url))
     install_error_handlers(app, settings)
+    describe_real_bodies(app)
     if settings.access.cors_origins:
         app.add_middleware(
             CORSMiddleware,

@@ -262,6 +262,8 @@ CASES: dict[tuple[str, str], Case] = {
         item("PATCH", "/v1/sessions/{}/audio", World.session, json={"offset_ms": 20}), 200, 404
     ),
     ("GET", "/view/{session_id}"): Case(item("GET", "/view/{}", World.session), 200, 200),
+    # Only a failed stream restarts: the owner and admin hear that this one is not failed, others nothing.
+    ("POST", "/v1/streams/{stream_id}/restart"): Case(item("POST", "/v1/streams/{}/restart", World.stream), 409, 404),
     # Draining is for the host's own operator only: through a proxy every caller is refused.
     ("POST", "/v1/server/drain"): Case(proxied_drain, 403, 403),
     ("GET", "/v1/server/drain"): Case(plain("GET", "/v1/server/drain"), 200, 200),

@@ -19,7 +19,7 @@ DASHBOARD = ROOT / "deploy" / "grafana" / "dashboards" / "swapcast.json"
 
 def _exported_samples(tmp_path: Path) -> set[str]:
     settings = server_settings(tmp_path, batching_enabled=True, pipeline=PipelineSettings(engine="classic"))
-    with TestClient(create_app(settings)) as client:
+    with TestClient(create_app(settings), base_url="http://127.0.0.1") as client:
         deadline = time.monotonic() + 60
         while client.get("/readyz").status_code != 200:
             assert time.monotonic() < deadline, client.get("/readyz").text

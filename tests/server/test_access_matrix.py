@@ -298,6 +298,8 @@ def world(
         max_sessions=8,
         max_streams=8,
         connect_timeout_s=120.0,
+        # The matrix's sessions have no peer behind them: they must outlive the unconnected-session timeout.
+        ice_timeout_s=120.0,
     )
     with start_server(settings, pipeline_factory) as server:
         yield World(server, creds, tom_png, real_offer(), video)

@@ -3,13 +3,16 @@
 Each identity is a directory named by its id holding the photo exactly as uploaded, `meta.json`, a small
 `thumb.jpg` of the chosen face and, under `prepared/`, one `.npy` per swap model it was prepared for (keyed by
 the engine's model_key). A directory appears only once complete (written aside, flushed to disk, then renamed
-into place).
+into place), and deleting one removes all of it: moved aside in one rename, then removed.
+`meta.json` carries the uploader's consent statement (`app.identity.consent`); identities stored before consent
+was recorded have none.
 `load_prepared` is the loader for `IdentityCache`: it reads the stored preparation for a model, or prepares the
 stored photo again when the model changed.
 """
 
 import hashlib
 import json
+import logging
 import re
 import secrets
 import shutil
@@ -23,10 +26,13 @@ from pathlib import Path
 import numpy as np
 
 from app.errors import UserError
+from app.identity.consent import Consent, ConsentStatement
 from app.identity.images import FORMATS, ImageRejected, decode_image
 from app.pipeline.swap import PreparedSource
 from app.pipeline.types import Image
 from engines.atomic import atomic_path, rename_durably, replace_dir
+
+log = logging.getLogger(__name__)
 
 ID_PATTERN = re.compile(r"^[0-9a-f]{32}$")
 _META = "meta.json"
@@ -60,6 +66,8 @@ class Identity:
     height: int
     # The principal that created it; None for identities stored before owners were recorded (admin only).
     owner: str | None = None
+    # The uploader's consent statement; None for identities stored before consent was recorded.
+    consent: Consent | None = None
 
     @property
     def image_file(self) -> str:
@@ -112,19 +120,22 @@ class IdentityStore:
         thumbnail: bytes,
         prepared: PreparedSource,
         owner: str | None = None,
+        consent: ConsentStatement | None = None,
     ) -> Identity:
         if format not in FORMATS:
             raise ValueError(f"unknown image format {format!r}")
+        created = datetime.now(UTC).isoformat(timespec="seconds")
         identity = Identity(
             id=secrets.token_hex(16),
             name=name,
-            created=datetime.now(UTC).isoformat(timespec="seconds"),
+            created=created,
             faces=faces,
             face_index=face_index,
             format=format,
             width=width,
             height=height,
             owner=owner,
+            consent=Consent.record(consent, photo=photo, owner=owner, time=created) if consent else None,
         )
         self.root.mkdir(parents=True, exist_ok=True)
         staging = Path(tempfile.mkdtemp(prefix=".tmp-", dir=self.root))
@@ -149,8 +160,9 @@ class IdentityStore:
         except (OSError, ValueError) as exc:
             raise IdentityUnreadable(f"identity {identity_id}: unreadable metadata ({exc})") from None
         try:
-            identity = Identity(**raw)
-        except TypeError as exc:
+            consent = raw.pop("consent", None) if isinstance(raw, dict) else None
+            identity = Identity(**raw, consent=Consent.from_json(consent) if consent is not None else None)
+        except (TypeError, ValueError) as exc:
             raise IdentityUnreadable(f"identity {identity_id}: malformed metadata ({exc})") from None
         if identity.id != identity_id or identity.format not in FORMATS:
             raise IdentityUnreadable(f"identity {identity_id}: metadata does not match its directory")
@@ -174,13 +186,18 @@ class IdentityStore:
         return is_identity_id(identity_id) and (self.root / identity_id / _META).is_file()
 
     def delete(self, identity_id: str) -> None:
+        """Remove the identity's photo, thumbnail, metadata and every preparation. Under the lock, so a
+        preparation being saved lands either before the move (and goes with it) or finds no directory."""
         directory = self._dir(identity_id)
         trash = self.root / f".trash-{identity_id}-{secrets.token_hex(4)}"
-        try:
-            rename_durably(directory, trash)
-        except FileNotFoundError:
-            raise IdentityNotFound(identity_id) from None
+        with self._lock:
+            try:
+                rename_durably(directory, trash)
+            except FileNotFoundError:
+                raise IdentityNotFound(identity_id) from None
         shutil.rmtree(trash, ignore_errors=True)
+        if trash.exists():  # gone from the API already; the next `open` sweeps what is left
+            log.warning("identity %s: some files could not be removed yet (%s)", identity_id, trash)
 
     def photo(self, identity_id: str) -> bytes:
         identity = self.get(identity_id)

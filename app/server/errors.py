@@ -9,6 +9,7 @@ from collections.abc import Awaitable, Callable
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
+from app.identity.consent import ConsentInvalid
 from app.identity.images import ImageRejected
 from app.identity.store import IdentityNotFound, IdentityUnreadable
 from app.media.webrtc import OfferError
@@ -24,6 +25,7 @@ STATUS_OF: dict[type[Exception], int] = {
     SessionNotFound: 404,
     StreamNotFound: 404,
     IdentityUnreadable: 409,
+    ConsentInvalid: 422,
     OfferError: 400,
     StreamsUnavailable: 503,
 }

@@ -63,10 +63,16 @@ class SessionManager:
         return session
 
     async def open(
-        self, offer: str, identity_id: str, source: PreparedSource, *, label: bool | None = None
+        self,
+        offer: str,
+        identity_id: str,
+        source: PreparedSource,
+        *,
+        owner: str | None = None,
+        label: bool | None = None,
     ) -> tuple[Session, str]:
         """Admit, negotiate and register a session; returns it with the SDP answer. Its frames carry a mark
-        issued to it (and the visible label if `label`, or by default when the settings say so)."""
+        issued to it and its `owner` (and the visible label if `label`, or by default when the settings say so)."""
         with self._admission.reserve():
             session = Session(
                 identity_id=identity_id,
@@ -82,7 +88,12 @@ class SessionManager:
             try:
                 if self._provenance is not None:
                     issue = partial(
-                        self._provenance.marker, kind="session", ref=session.id, identity=identity_id, label=label
+                        self._provenance.marker,
+                        kind="session",
+                        ref=session.id,
+                        identity=identity_id,
+                        owner=owner,
+                        label=label,
                     )
                     session.marker = await asyncio.get_running_loop().run_in_executor(None, issue)
                 answer = await asyncio.wait_for(session.negotiate(offer), NEGOTIATION_TIMEOUT_S)

@@ -228,8 +228,15 @@ class StreamManager:
             raise StreamsUnavailable(reason)
 
     async def open(
-        self, source_url: str, identity_id: str, source: PreparedSource, *, label: bool | None = None
+        self,
+        source_url: str,
+        identity_id: str,
+        source: PreparedSource,
+        *,
+        owner: str | None = None,
+        label: bool | None = None,
     ) -> Stream:
+        """Start pulling, swapping and publishing; the output carries a mark issued to this stream and `owner`."""
         self.check_available()
         with self._admission.reserve():
             stream = Stream(
@@ -245,7 +252,14 @@ class StreamManager:
             if self._provenance is not None:
                 stream.marker = await loop.run_in_executor(
                     None,
-                    partial(self._provenance.marker, kind="stream", ref=stream.id, identity=identity_id, label=label),
+                    partial(
+                        self._provenance.marker,
+                        kind="stream",
+                        ref=stream.id,
+                        identity=identity_id,
+                        owner=owner,
+                        label=label,
+                    ),
                 )
             # With the size known the RTSP path exists at once; otherwise it appears with the first frame.
             try:

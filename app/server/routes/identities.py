@@ -2,6 +2,7 @@
 
 import asyncio
 import re
+from dataclasses import asdict
 from pathlib import PurePath
 from typing import Annotated
 
@@ -12,6 +13,7 @@ from starlette.formparsers import MultiPartException, MultiPartParser
 
 from app.auth.guard import AccessDep, IdentitiesRead, IdentitiesWrite
 from app.auth.principal import Principal
+from app.identity.consent import Consent, ConsentStatement
 from app.identity.enrol import enrol
 from app.identity.images import sniff_format
 from app.identity.store import Identity, IdentityNotFound, IdentityUnreadable
@@ -36,6 +38,7 @@ class IdentityOut(BaseModel):
     width: int
     height: int
     warnings: list[str] = []  # why this photo may swap badly (open mouth, closed eyes); given on upload
+    consent: Consent | None  # the uploader's statement; null for identities stored before consent was recorded
 
     @classmethod
     def of(cls, identity: Identity, model_key: str | None, warnings: list[str] | None = None) -> "IdentityOut":
@@ -49,6 +52,7 @@ class IdentityOut(BaseModel):
             width=identity.width,
             height=identity.height,
             warnings=warnings or [],
+            consent=identity.consent,
         )
 
 
@@ -84,7 +88,8 @@ def _parse_face_index(raw: str | None) -> int | None:
 async def create_identity(
     request: Request, principal: IdentitiesWrite, state: StateDep, pipeline: PipelineDep, access: AccessDep
 ) -> IdentityOut:
-    """Multipart form: `image` (JPEG, PNG or WebP), optional `face_index`, optional `name`."""
+    """Multipart form: `image` (JPEG, PNG or WebP), `consent` (`self`: the photo shows you, or `obtained`: it
+    shows someone who agreed, with `attestation` saying who and how), optional `face_index`, optional `name`."""
     settings = state.settings
     if media_type(request) != "multipart/form-data":
         raise HTTPException(415, "send multipart/form-data with an `image` field")
@@ -92,7 +97,7 @@ async def create_identity(
         request.headers,
         capped_stream(request, upload_limit(settings.max_upload_bytes)),
         max_files=1,
-        max_fields=4,
+        max_fields=6,
         max_part_size=4096,
     )
     try:
@@ -107,8 +112,12 @@ async def create_identity(
         raw_index = form.get("face_index")
         if isinstance(raw_name, UploadFile) or isinstance(raw_index, UploadFile):
             raise HTTPException(422, "`name` and `face_index` must be plain form fields")
+        raw_consent, raw_attestation = form.get("consent"), form.get("attestation")
+        if isinstance(raw_consent, UploadFile) or isinstance(raw_attestation, UploadFile):
+            raise HTTPException(422, "`consent` and `attestation` must be plain form fields")
         face_index = _parse_face_index(raw_index)
         name = _clean_name(raw_name, upload.filename)
+        consent = ConsentStatement.parse(raw_consent, raw_attestation)
         if upload.size is not None and upload.size > settings.max_upload_bytes:
             raise HTTPException(413, f"image is over the limit of {settings.max_upload_bytes} bytes")
         data = await upload.read(settings.max_upload_bytes + 1)
@@ -138,11 +147,17 @@ async def create_identity(
             thumbnail=enrolment.thumbnail,
             prepared=enrolment.prepared,
             owner=principal.id,
+            consent=consent,
         ),
     )
     prepared = enrolment.prepared
     state.cache.put(identity.id, prepared.model_key, prepared)
-    access.audit.event("identity_created", identity=identity.id, owner=principal.id)
+    access.audit.event(
+        "identity_created",
+        identity=identity.id,
+        owner=principal.id,
+        consent=asdict(identity.consent) if identity.consent else None,
+    )
     return IdentityOut.of(identity, prepared.model_key, enrolment.warnings)
 
 
@@ -193,13 +208,20 @@ async def delete_identity(
     access: AccessDep,
     revocation: RevocationDep,
 ) -> Response:
-    """Deletes the identity and ends every live session and stream showing it before answering."""
-    await _get(state, identity_id, principal)
+    """Deletes the identity (photo, thumbnail, preparations, cached entries) and ends every live session and
+    stream showing it before answering."""
+    identity = await _get(state, identity_id, principal)
     loop = asyncio.get_running_loop()
     try:
         await loop.run_in_executor(state.control_executor, state.store.delete, identity_id)
     finally:
         state.cache.invalidate(identity_id)
     await revocation.identity_deleted(identity_id)
-    access.audit.event("identity_deleted", identity=identity_id, by=principal.id)
+    access.audit.event(
+        "identity_deleted",
+        identity=identity_id,
+        by=principal.id,
+        owner=identity.owner,
+        photo_sha256=identity.consent.photo_sha256 if identity.consent else None,
+    )
     return Response(status_code=204)

@@ -46,7 +46,7 @@ async def create_session(
     if "\x00" in offer:
         raise HTTPException(400, "the offer contains NUL characters")
     source = await owned_source(state, principal, identity)
-    session, answer = await sessions.open(offer, identity, source, label=label)
+    session, answer = await sessions.open(offer, identity, source, owner=principal.id, label=label)
     revocation.session_started(session, principal)
     if not state.store.exists(identity):  # deleted while this session was negotiated
         await session.close("identity deleted")

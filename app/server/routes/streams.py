@@ -63,7 +63,7 @@ async def create_stream(
     source_url = check_source(request.source_url, state.settings)
     streams.check_available()
     source = await owned_source(state, principal, request.identity)
-    stream = await streams.open(source_url, request.identity, source, label=request.label)
+    stream = await streams.open(source_url, request.identity, source, owner=principal.id, label=request.label)
     revocation.stream_started(stream, principal)
     response.headers["Location"] = f"/v1/streams/{stream.id}"
     return stream.stats()

@@ -19,6 +19,9 @@ RunBackend = Literal["onnxruntime", "tensorrt", "torch"]
 LocalBackend = Literal["auto", RunBackend]
 # "triton": face crops and latents go to a Triton server (SWAPCAST_TRITON_URL); detection stays local.
 BackendName = Literal[LocalBackend, "triton"]
+# What live video shows where a swapped face was lost by the detector (app.pipeline.track): `hold` freezes
+# its last swapped look there, `cover` pixelates it, `pass` shows the frame as it is (the real face).
+FaceLostPolicy = Literal["hold", "cover", "pass"]
 
 
 def literal_values(kind: Any) -> tuple[str, ...]:
@@ -32,14 +35,17 @@ def literal_values(kind: Any) -> tuple[str, ...]:
 SWAP_ENGINES = literal_values(SwapEngineName)
 SWAP_ENGINE_CHOICES = literal_values(SwapEngineChoice)
 BACKENDS = literal_values(BackendName)
+FACE_LOST_POLICIES = literal_values(FaceLostPolicy)
 PRECISIONS = literal_values(Precision)
 
 __all__ = [
     "BACKENDS",
+    "FACE_LOST_POLICIES",
     "PRECISIONS",
     "SWAP_ENGINES",
     "SWAP_ENGINE_CHOICES",
     "BackendName",
+    "FaceLostPolicy",
     "LocalBackend",
     "Precision",
     "RunBackend",

@@ -46,6 +46,14 @@ class Metrics:
             buckets=LATENCY_BUCKETS,
             registry=r,
         )
+        self.hop_seconds = Histogram(
+            "swapcast_hop_seconds",
+            "Per frame, each hop from decoded input to encoded output: queue, each pipeline stage, output_wait,"
+            " encode, total (app.media.hops).",
+            ["kind", "hop"],
+            buckets=STAGE_BUCKETS,
+            registry=r,
+        )
         self.admission_rejections = Counter(
             "swapcast_admission_rejections",
             "Requests refused for capacity or readiness.",

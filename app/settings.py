@@ -8,7 +8,7 @@ from typing import Literal
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from app.names import BackendName, LocalBackend, Precision, SwapEngineChoice
+from app.names import BackendName, FaceLostPolicy, LocalBackend, Precision, SwapEngineChoice
 
 
 def default_model_dir() -> Path:
@@ -42,6 +42,16 @@ class PipelineSettings(BaseSettings):
     detect_size: int = Field(640, ge=128, le=2048)
     detect_threshold: float = Field(0.75, gt=0.0, lt=1.0)
     detect_interval: int = Field(1, ge=1, le=60)
+    # Live sessions detect in the background, off the frame's path, every K-th frame (and whenever a face is
+    # missed, moves fast or changes look); frames in between are tracked (app.pipeline.live).
+    live_detect_interval: int = Field(3, ge=1, le=60)
+    # Off by default: on a loaded 2-core machine background results arrived late enough for tracked
+    # positions to lag a moving face (measured with bench-server; see README). True: detection off the path.
+    live_detect_background: bool = False
+    # A swapped face the detector misses is swapped where the tracker predicts it for `hold_frames`, then
+    # covered where it was last seen until found again (SWAPCAST_ON_FACE_LOST; app.pipeline.track).
+    on_face_lost: FaceLostPolicy = "hold"
+    hold_frames: int = Field(4, ge=0, le=60)
     refine_landmarks: bool = True  # second detector pass per face: steadier alignment, ~2 small runs per face
     faces: Literal["all", "largest"] = "all"
     color_strength: float = Field(1.0, ge=0.0, le=1.0)

@@ -4,15 +4,20 @@ Every pushed frame (a real face moving, from `make_motion_clip`) carries its id 
 black and white blocks along its top edge; the client reads the id back from each decoded
 frame and looks up when that frame was pushed. Run as
 
-    python -m app.bench.rtsp_latency [--seconds 10] [--size 640x480 --size 1280x720]
+    python -m app.bench.rtsp_latency [--seconds 10] [--size 640x480 --size 1280x720] [--producer-fps 12]
 
-and it prints one JSON line per size with p50/p95 in milliseconds.
+and it prints one JSON line per size with p50/p95 in milliseconds, the share of distinct frames among
+those decoded (a frame sent twice shows its id twice), and how long `ffprobe` and `av.open` took to open
+the stream and the first decoded frame came (clients that connect while frames flow, as OBS's media
+source does).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import shutil
+import subprocess
 import threading
 import time
 from typing import Any
@@ -72,9 +77,17 @@ def read_frame_id(image: npt.NDArray[Any], block: int = 16) -> int | None:
 
 
 def measure(
-    width: int, height: int, seconds: float, fps: int = 30, warmup_s: float = 1.5, aud_after_frame: bool = True
+    width: int,
+    height: int,
+    seconds: float,
+    fps: int = 30,
+    warmup_s: float = 1.5,
+    aud_after_frame: bool = True,
+    producer_fps: float | None = None,
 ) -> dict[str, Any]:
-    """Push stamped frames at `fps` for about `warmup_s + seconds` and time each decoded one."""
+    """Announce `fps`, push stamped frames at `producer_fps` (default `fps`) for about `warmup_s + seconds`
+    and time each decoded one."""
+    push_fps = producer_fps or fps
     clip = make_motion_clip(load_sample("astronaut"), size=(width, height), frames=2 * fps, fps=fps)
     pushed_at: dict[int, float] = {}
     stop = threading.Event()
@@ -89,19 +102,27 @@ def measure(
                 pushed_at[frame_id] = time.perf_counter()
                 publisher.push(image)
                 frame_id += 1
-                next_at += 1 / fps
+                next_at += 1 / push_fps
                 stop.wait(max(0.0, next_at - time.perf_counter()))
 
         pusher = threading.Thread(target=push, daemon=True)
         pusher.start()
+        time.sleep(0.5)  # frames flow before the client comes
+        ffprobe_s = ffprobe_open_s(server.url("bench"))
         latencies: list[float] = []
+        ids: list[int] = []
         unreadable = 0
         decoded = 0
+        first_frame_s: float | None = None
         try:
+            connect = time.perf_counter()
             with av.open(server.url("bench"), options=LIVE_OPTIONS, timeout=(10.0, 5.0)) as container:
                 started = time.perf_counter()
+                open_s = started - connect
                 for frame in container.decode(video=0):
                     now = time.perf_counter()
+                    if first_frame_s is None:
+                        first_frame_s = now - connect
                     if now - started < warmup_s:
                         continue
                     if now - started > warmup_s + seconds:
@@ -111,6 +132,7 @@ def measure(
                     if frame_id is None or frame_id not in pushed_at:
                         unreadable += 1
                         continue
+                    ids.append(frame_id)
                     latencies.append(now - pushed_at[frame_id])
         finally:
             stop.set()
@@ -120,15 +142,30 @@ def measure(
         return {
             "size": f"{width}x{height}",
             "fps": fps,
+            "producer_fps": push_fps,
             "aud_after_frame": aud_after_frame,
             "bitrate_kbps": publisher.bitrate_kbps,
             "frames": decoded,
             "unreadable": unreadable,
+            "distinct": round(len(set(ids)) / len(ids), 3) if ids else None,
+            "open_s": round(open_s, 2),
+            "ffprobe_s": ffprobe_s,
+            "first_frame_s": round(first_frame_s, 2) if first_frame_s is not None else None,
             "dropped": publisher.dropped,
             "p50_ms": round(float(np.percentile(ms, 50)), 1) if len(ms) else None,
             "p95_ms": round(float(np.percentile(ms, 95)), 1) if len(ms) else None,
             "max_ms": round(float(ms.max()), 1) if len(ms) else None,
         }
+
+
+def ffprobe_open_s(url: str) -> float | None:
+    """Wall time of `ffprobe -show_streams` on `url` (process start-up included), None without ffprobe."""
+    if shutil.which("ffprobe") is None:
+        return None
+    command = ["ffprobe", "-v", "error", "-rtsp_transport", "tcp", "-show_streams", "-of", "json", url]
+    started = time.perf_counter()
+    subprocess.run(command, capture_output=True, timeout=30, check=True)
+    return round(time.perf_counter() - started, 2)
 
 
 def _size(text: str) -> tuple[int, int]:
@@ -140,12 +177,18 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--fps", type=int, default=30)
+    parser.add_argument("--producer-fps", type=float, help="push at this rate (default: --fps)")
     parser.add_argument("--size", type=_size, action="append", help="WIDTHxHEIGHT (repeatable)")
     parser.add_argument("--compare", action="store_true", help="also measure without the trailing AUD")
     args = parser.parse_args(argv)
     for width, height in args.size or [(640, 480), (1280, 720)]:
         for aud in (True, False) if args.compare else (True,):
-            print(json.dumps(measure(width, height, args.seconds, args.fps, aud_after_frame=aud)), flush=True)
+            print(
+                json.dumps(
+                    measure(width, height, args.seconds, args.fps, aud_after_frame=aud, producer_fps=args.producer_fps)
+                ),
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

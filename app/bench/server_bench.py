@@ -51,6 +51,7 @@ class ServerBenchConfig:
     codec: str = "H264"
     fps: int = 30
     clip_frames: int = 60
+    face_lost: bool = True  # also count frames revealing the real face (app.bench.face_lost)
 
 
 @dataclass
@@ -65,6 +66,7 @@ class Cell:
     unreadable: int = 0
     server_dropped: int | None = None
     server_latency_p50_ms: list[float] = field(default_factory=list)
+    server_hops_ms: list[dict[str, dict[str, float]]] = field(default_factory=list)
     failed: str | None = None
 
     def summary(self) -> dict[str, Any]:
@@ -87,8 +89,18 @@ class Cell:
             "server_latency_p50_ms": (
                 round(float(np.mean(self.server_latency_p50_ms)), 1) if self.server_latency_p50_ms else None
             ),
+            # Where the server's time went, hop by hop (app.media.hops), averaged over the sessions.
+            "server_hops_ms": _mean_hops(self.server_hops_ms),
             "failed": self.failed,
         }
+
+
+def _mean_hops(per_session: list[dict[str, dict[str, float]]]) -> dict[str, dict[str, float]]:
+    hops: dict[str, dict[str, float]] = {}
+    for name in dict.fromkeys(hop for session in per_session for hop in session):
+        values = [session[name] for session in per_session if name in session]
+        hops[name] = {q: round(float(np.mean([v[q] for v in values])), 1) for q in ("p50", "p95")}
+    return hops
 
 
 # ------------------------------------------------------------------------------------------------- servers
@@ -229,6 +241,8 @@ async def _run_cell(server: ServerProcess, frames: list[Image], cell: Cell, conf
                     dropped += int(stats.get("dropped", 0))
                     if stats.get("latency_ms", {}).get("p50") is not None:
                         cell.server_latency_p50_ms.append(float(stats["latency_ms"]["p50"]))
+                    if stats.get("hops_ms"):
+                        cell.server_hops_ms.append(stats["hops_ms"])
                 cell.server_dropped = dropped
         except (httpx.HTTPError, OSError, ValueError) as exc:
             cell.failed = f"{type(exc).__name__}: {exc}"
@@ -317,6 +331,18 @@ def run_server_bench(config: ServerBenchConfig, progress: bool = True) -> dict[s
                             )
             finally:
                 server.stop()
+    face_lost: dict[str, Any] | None = None
+    if config.face_lost:
+        from app.bench.face_lost import run_face_lost_bench
+
+        face_lost = run_face_lost_bench()
+        if progress:
+            for row in face_lost["rows"]:
+                print(
+                    f"face lost: {row['policy']:>5} every {row['detect_interval']}: {row['revealed_frames']} of "
+                    f"{row['frames_showing_a_face']} frames reveal the real face",
+                    flush=True,
+                )
     import aiortc
 
     return {
@@ -338,6 +364,8 @@ def run_server_bench(config: ServerBenchConfig, progress: bool = True) -> dict[s
         },
         "cells": cells,
         "compared_to_echo": compare(cells),
+        # Frames where the real face shows unswapped, per SWAPCAST_ON_FACE_LOST policy (app.bench.face_lost).
+        "face_lost": face_lost,
         "seconds": round(time.perf_counter() - started, 1),
     }
 

@@ -33,6 +33,9 @@ def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None
     p.add_argument(
         "--fps", type=int_between(1, 60), default=30, help="frames per second each client sends (default 30)"
     )
+    p.add_argument(
+        "--no-face-lost", action="store_true", help="skip counting frames that reveal the real face (~1 min)"
+    )
     p.add_argument("--output", type=Path, default=None, help="also write the JSON here")
     p.set_defaults(func=run)
 
@@ -54,6 +57,7 @@ def run(args: argparse.Namespace) -> int:
         echo=not args.no_echo,
         codec=args.codec,
         fps=args.fps,
+        face_lost=not args.no_face_lost,
     )
     result = run_server_bench(config, progress=sys.stderr.isatty())
     text = json.dumps(result, indent=2)

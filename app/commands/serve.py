@@ -89,6 +89,7 @@ def run(args: argparse.Namespace) -> int:
 
     from app.auth.access import Access
     from app.server.app import create_app
+    from app.server.connections import uvicorn_options
     from app.server.draining_server import DrainingServer
     from app.server.state import ServerState
 
@@ -153,6 +154,7 @@ def run(args: argparse.Namespace) -> int:
         log_level="debug" if verbose else "warning",
         access_log=verbose,
         timeout_graceful_shutdown=max(1, round(settings.shutdown_grace_s)),
+        **uvicorn_options(settings.connection_limits()),
         ssl_certfile=str(tls.tls_cert) if tls.tls_cert else None,
         ssl_keyfile=str(tls.tls_key) if tls.tls_key else None,
     )

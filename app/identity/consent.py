@@ -1,8 +1,8 @@
 """Consent on identities: who the person in the photo is to the uploader, in the uploader's own words.
 
 An upload states `self` (the photo shows the uploader) or `obtained` (it shows someone who agreed, with the
-uploader's attestation of how). The store records the statement with the photo's SHA-256, the owner and the
-time, so the record names the exact photo it covers and who vouched for it.
+uploader's attestation of how). The identity's metadata records the statement with the uploaded photo's SHA-256,
+the owner and the time, so the record names the exact photo it covers and who vouched for it.
 """
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import re
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any, Literal, cast, get_args
 
 Statement = Literal["self", "obtained"]
@@ -64,8 +65,11 @@ class Consent:
     time: str  # ISO 8601, UTC
 
     @classmethod
-    def record(cls, given: ConsentStatement, *, photo: bytes, owner: str | None, time: str) -> Consent:
-        return cls(given.statement, given.attestation, hashlib.sha256(photo).hexdigest(), owner, time)
+    def record(cls, given: ConsentStatement, *, upload: bytes, owner: str | None, time: str | None = None) -> Consent:
+        """The statement tied to the photo as uploaded (the store keeps a re-encoded copy without the file's
+        metadata, so this hash is the one that matches the uploader's own file), now unless `time` is given."""
+        when = time or datetime.now(UTC).isoformat(timespec="seconds")
+        return cls(given.statement, given.attestation, hashlib.sha256(upload).hexdigest(), owner, when)
 
     @classmethod
     def from_json(cls, raw: Any) -> Consent:
@@ -76,6 +80,13 @@ class Consent:
             consent = cls(**raw)
         except TypeError as exc:
             raise ValueError(f"consent record is malformed ({exc})") from None
-        if consent.statement not in STATEMENTS or not re.fullmatch(r"[0-9a-f]{64}", str(consent.photo_sha256)):
+        texts_or_none = (consent.attestation, consent.owner)
+        if (
+            consent.statement not in STATEMENTS
+            or not isinstance(consent.photo_sha256, str)
+            or not re.fullmatch(r"[0-9a-f]{64}", consent.photo_sha256)
+            or not isinstance(consent.time, str)
+            or not all(v is None or isinstance(v, str) for v in texts_or_none)
+        ):
             raise ValueError("consent record is malformed")
         return consent

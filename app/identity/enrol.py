@@ -7,7 +7,7 @@ import cv2
 import numpy as np
 
 from app.errors import UserError
-from app.identity.images import ImageInfo, ImageRejected, decode_image
+from app.identity.images import ImageInfo, ImageRejected, decode_image, encode_stored
 from app.identity.photo_check import source_warnings
 from app.identity.store import Prepare
 from app.pipeline.face_choice import FaceChoiceError, choose_face, enrolled_choice
@@ -24,6 +24,7 @@ class Enrolment:
     faces: int
     prepared: PreparedSource
     thumbnail: bytes
+    stored: bytes  # the decoded photo as PNG: what the store keeps, never the uploaded bytes
     warnings: list[str]  # why this photo may swap badly (app.identity.photo_check); it is still enrolled
 
 
@@ -59,7 +60,9 @@ def enrol(pipeline: FramePipeline, data: bytes, max_pixels: int, face_index: int
         prepared = pipeline.engine.prepare(image, face)
     except UserError as exc:  # the engine cannot use this face (e.g. no dense landmarks on it)
         raise ImageRejected(422, str(exc)) from None
-    return Enrolment(info, len(faces), prepared, thumbnail(image, face), source_warnings(prepared))
+    return Enrolment(
+        info, len(faces), prepared, thumbnail(image, face), encode_stored(image), source_warnings(prepared)
+    )
 
 
 def re_preparer(pipeline: FramePipeline) -> Prepare:

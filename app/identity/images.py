@@ -1,10 +1,16 @@
-"""Checks on uploaded identity photos: the format from magic bytes, the pixel count from the header before any
-decoding, then a strict decode (truncated files are refused, not padded with grey)."""
+"""Checks on uploaded identity photos: the format from magic bytes, the pixel count and shape from the header
+before any decoding, then a strict decode (truncated files are refused, not padded with grey) that is bounded in
+memory: JPEGs decode reduced in the DCT, every photo is scaled to `MAX_SIDE` before it is converted, and at most
+`decode_slots` photos decode at once. What is stored is `encode_stored` of the decoded pixels, never the upload.
+"""
 
 import io
+import re
+import threading
 import warnings
 from dataclasses import dataclass
 
+import cv2
 import numpy as np
 from PIL import Image as PilImage
 from PIL import ImageOps, UnidentifiedImageError
@@ -13,6 +19,14 @@ from app.pipeline.types import Image
 
 FORMATS = {"jpeg": "image/jpeg", "png": "image/png", "webp": "image/webp"}
 _PIL_NAMES = {"JPEG": "jpeg", "PNG": "png", "WEBP": "webp"}
+# The long side a photo is decoded to: the detector looks at 640 pixels and engines at aligned crops of 128-256,
+# so a face in a group photo keeps enough pixels. Below half of 4000 so a 4000-pixel JPEG decodes at half size in
+# the DCT and a 4000-pixel PNG box-reduces by 2 before filtering (`swapcast bench-upload`).
+MAX_SIDE = 1920
+# Longer thin strips have no room for a face and break resizing (a 1280x1 photo scales to a width of 0).
+MAX_ASPECT = 16
+_SIXTEEN_BIT = ("I;16", "I;16B", "I;16L", "I;16N", "I")
+_ROWS_PER_BLOCK = 512
 
 
 class ImageRejected(Exception):
@@ -71,6 +85,11 @@ def _open(data: bytes, max_pixels: int) -> tuple[PilImage.Image, ImageInfo]:
         raise ImageRejected(
             413, f"image is {width}x{height} = {width * height} pixels; the limit is {max_pixels} pixels"
         )
+    if max(width, height) > MAX_ASPECT * min(width, height):
+        image.close()
+        raise ImageRejected(
+            422, f"image is {width}x{height}; its long side may be at most {MAX_ASPECT} times its short side"
+        )
     return image, ImageInfo(fmt, width, height)
 
 
@@ -81,15 +100,42 @@ def inspect_image(data: bytes, max_pixels: int) -> ImageInfo:
     return info
 
 
-def decode_image(data: bytes, max_pixels: int) -> tuple[Image, ImageInfo]:
-    """The photo as BGR uint8, upright per its EXIF orientation. The pixel count is checked from the header
-    before decoding; truncated or corrupt data is refused."""
+class DecodeSlots:
+    """How many photos may decode at once, process-wide: each decode holds up to ~4 bytes per pixel."""
+
+    def __init__(self, count: int = 2) -> None:
+        self._semaphore = threading.BoundedSemaphore(count)
+        self.count = count
+
+    def resize(self, count: int) -> None:
+        if count < 1:
+            raise ValueError("need at least one decode slot")
+        self._semaphore = threading.BoundedSemaphore(count)
+        self.count = count
+
+    def __enter__(self) -> None:
+        self._semaphore.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self._semaphore.release()
+
+
+decode_slots = DecodeSlots()
+
+
+def decode_image(data: bytes, max_pixels: int, *, max_side: int = MAX_SIDE) -> tuple[Image, ImageInfo]:
+    """The photo as BGR uint8, upright per its EXIF orientation, its long side at most `max_side`. The pixel
+    count is checked from the header before decoding; truncated or corrupt data is refused."""
     image, info = _open(data, max_pixels)
     try:
-        with warnings.catch_warnings():
+        with decode_slots, warnings.catch_warnings():
             warnings.simplefilter("ignore", PilImage.DecompressionBombWarning)
+            target = _fitted(image.size, max_side)
+            if info.format == "jpeg":
+                image.draft("RGB", target)  # decode at 1/2, 1/4 or 1/8 in the DCT while that still covers target
             image.load()
-            upright = ImageOps.exif_transpose(image)
+            small = _reduced(_opaque(image), target)
+            upright = ImageOps.exif_transpose(small)
             rgb = upright.convert("RGB")
             pixels = np.asarray(rgb, dtype=np.uint8)
     except PilImage.DecompressionBombError:
@@ -105,6 +151,60 @@ def decode_image(data: bytes, max_pixels: int) -> tuple[Image, ImageInfo]:
     return bgr, ImageInfo(info.format, width, height)
 
 
+def encode_stored(image: Image) -> bytes:
+    """The decoded pixels as PNG: what the store keeps instead of the upload (no metadata, no trailing bytes)."""
+    ok, encoded = cv2.imencode(".png", np.ascontiguousarray(image), [cv2.IMWRITE_PNG_COMPRESSION, 3])
+    if not ok:
+        raise RuntimeError("PNG encoding failed")
+    return encoded.tobytes()
+
+
+def _fitted(size: tuple[int, int], max_side: int) -> tuple[int, int]:
+    width, height = size
+    scale = min(1.0, max_side / max(width, height))
+    return max(1, round(width * scale)), max(1, round(height * scale))
+
+
+def _eight_bit(image: PilImage.Image) -> PilImage.Image:
+    """16-bit greyscale scaled to 8 bits (PIL's own conversion clips: most of a 16-bit photo becomes white)."""
+    if image.mode not in _SIXTEEN_BIT:
+        return image
+    wide = np.asarray(image)
+    out = np.empty(wide.shape, np.uint8)
+    for top in range(0, wide.shape[0], _ROWS_PER_BLOCK):  # in blocks: a whole-image uint32 copy costs 4 B/px
+        block = np.clip(wide[top : top + _ROWS_PER_BLOCK].astype(np.uint32), 0, 65535)
+        out[top : top + _ROWS_PER_BLOCK] = (block * 255 + 32767) // 65535
+    grey = PilImage.fromarray(out, "L")
+    grey.info = dict(image.info)  # keeps the EXIF orientation
+    return grey
+
+
+def _opaque(image: PilImage.Image) -> PilImage.Image:
+    """8-bit grey or RGB, dropping alpha as the conversion always did; the input is closed when replaced, so at most
+    two full-size copies exist at once."""
+    if image.mode in _SIXTEEN_BIT:
+        converted = _eight_bit(image)
+    elif image.mode not in ("RGB", "L"):
+        converted = image.convert("RGB")
+    else:
+        return image
+    image.close()
+    return converted
+
+
+def _reduced(image: PilImage.Image, target: tuple[int, int]) -> PilImage.Image:
+    """`image` at `target` size; the full-size input is closed when a smaller copy replaces it."""
+    if image.size == target:
+        return image
+    small = image.resize(target, PilImage.Resampling.LANCZOS, reducing_gap=2.0)
+    image.close()
+    return small
+
+
+_OBJECT_REPR = re.compile(r"\s*<[^<>]* at 0x[0-9a-fA-F]+>")
+
+
 def _short(exc: BaseException) -> str:
-    text = str(exc).strip() or type(exc).__name__
+    """The error's text without object reprs (they show heap addresses), cut to 200 characters."""
+    text = _OBJECT_REPR.sub("", str(exc)).strip() or type(exc).__name__
     return text if len(text) <= 200 else text[:197] + "..."

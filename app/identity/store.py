@@ -1,6 +1,7 @@
 """Identities on disk, so they survive restarts.
 
-Each identity is a directory named by its id holding the photo exactly as uploaded, `meta.json`, a small
+Each identity is a directory named by its id holding the photo (a PNG of its decoded pixels, never the uploaded
+bytes; identities stored before that keep their upload), `meta.json`, a small
 `thumb.jpg` of the chosen face and, under `prepared/`, one `.npy` per swap model it was prepared for (keyed by
 the engine's model_key). A directory appears only once complete (written aside, flushed to disk, then renamed
 into place), and deleting one removes all of it: moved aside in one rename, then removed.
@@ -19,15 +20,18 @@ import shutil
 import tempfile
 import threading
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
 
 from app.errors import UserError
-from app.identity.consent import Consent, ConsentStatement
+from app.identity.consent import Consent
 from app.identity.images import FORMATS, ImageRejected, decode_image
+from app.identity.quota import Usage
+from app.identity.record import Identity
+from app.identity.validate import DamagedIdentity, PreparedSpec, check_directory, check_prepared, read_identity
 from app.pipeline.swap import PreparedSource
 from app.pipeline.types import Image
 from engines.atomic import atomic_path, rename_durably, replace_dir
@@ -52,30 +56,6 @@ class IdentityNotFound(LookupError):
 
 class IdentityUnreadable(Exception):
     """An identity's files exist but cannot be used (damaged on disk, or no longer preparable)."""
-
-
-@dataclass(frozen=True)
-class Identity:
-    id: str
-    name: str
-    created: str
-    faces: int  # faces found in the photo
-    face_index: int | None  # the face chosen, None when the photo had exactly one
-    format: str
-    width: int
-    height: int
-    # The principal that created it; None for identities stored before owners were recorded (admin only).
-    owner: str | None = None
-    # The uploader's consent statement; None for identities stored before consent was recorded.
-    consent: Consent | None = None
-
-    @property
-    def image_file(self) -> str:
-        return f"image.{self.format}"
-
-    @property
-    def media_type(self) -> str:
-        return FORMATS[self.format]
 
 
 def is_identity_id(value: str) -> bool:
@@ -120,22 +100,21 @@ class IdentityStore:
         thumbnail: bytes,
         prepared: PreparedSource,
         owner: str | None = None,
-        consent: ConsentStatement | None = None,
+        consent: Consent | None = None,
     ) -> Identity:
         if format not in FORMATS:
             raise ValueError(f"unknown image format {format!r}")
-        created = datetime.now(UTC).isoformat(timespec="seconds")
         identity = Identity(
             id=secrets.token_hex(16),
             name=name,
-            created=created,
+            created=datetime.now(UTC).isoformat(timespec="seconds"),
             faces=faces,
             face_index=face_index,
             format=format,
             width=width,
             height=height,
             owner=owner,
-            consent=Consent.record(consent, photo=photo, owner=owner, time=created) if consent else None,
+            consent=consent,
         )
         self.root.mkdir(parents=True, exist_ok=True)
         staging = Path(tempfile.mkdtemp(prefix=".tmp-", dir=self.root))
@@ -152,21 +131,13 @@ class IdentityStore:
         return identity
 
     def get(self, identity_id: str) -> Identity:
-        path = self._dir(identity_id) / _META
+        directory = self._dir(identity_id)
+        if not (directory / _META).exists():
+            raise IdentityNotFound(identity_id)
         try:
-            raw = json.loads(path.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            raise IdentityNotFound(identity_id) from None
-        except (OSError, ValueError) as exc:
-            raise IdentityUnreadable(f"identity {identity_id}: unreadable metadata ({exc})") from None
-        try:
-            consent = raw.pop("consent", None) if isinstance(raw, dict) else None
-            identity = Identity(**raw, consent=Consent.from_json(consent) if consent is not None else None)
-        except (TypeError, ValueError) as exc:
-            raise IdentityUnreadable(f"identity {identity_id}: malformed metadata ({exc})") from None
-        if identity.id != identity_id or identity.format not in FORMATS:
-            raise IdentityUnreadable(f"identity {identity_id}: metadata does not match its directory")
-        return identity
+            return read_identity(directory)
+        except DamagedIdentity as exc:
+            raise IdentityUnreadable(f"identity {identity_id} is damaged: {exc}") from None
 
     def list(self) -> list[Identity]:
         """Readable identities, oldest first."""
@@ -211,21 +182,62 @@ class IdentityStore:
         try:
             return (self._dir(identity_id) / _THUMB).read_bytes()
         except FileNotFoundError:
-            raise IdentityNotFound(identity_id) from None
+            raise IdentityUnreadable(f"identity {identity_id} is damaged: the thumbnail is missing") from None
 
-    def load_prepared(self, identity_id: str, model_key: str, engine: str, prepare: Prepare) -> PreparedSource:
-        """The identity prepared for `model_key`: from disk when it was prepared for that model before, else
-        prepared now from the stored photo (and saved for next time)."""
+    def usage(self, owner: str | None = None) -> Usage:
+        """Identities stored and their bytes on disk: all of them, or those `owner` created (one whose metadata
+        cannot be read counts for nobody: its owner is unknown, and admin can delete it)."""
+        count = size = 0
+        if self.root.is_dir():
+            for entry in self.root.iterdir():
+                if not is_identity_id(entry.name) or not entry.is_dir():
+                    continue
+                if owner is not None and self._owner_of(entry) != owner:
+                    continue
+                count += 1
+                size += sum(f.stat().st_size for f in entry.rglob("*") if f.is_file())
+        return Usage(count, size)
+
+    @staticmethod
+    def _owner_of(directory: Path) -> str | None:
+        try:
+            return read_identity(directory).owner
+        except DamagedIdentity:
+            return None
+
+    def audit(self, spec: PreparedSpec | None = None, model_key: str | None = None) -> dict[str, str]:
+        """Every damaged identity with the reason; `spec` checks the prepared data for `model_key` too."""
+        damaged: dict[str, str] = {}
+        if not self.root.is_dir():
+            return damaged
+        key_file = prepared_file_name(model_key) if model_key is not None else None
+        for entry in sorted(self.root.iterdir()):
+            if not is_identity_id(entry.name) or not entry.is_dir():
+                continue
+            try:
+                check_directory(entry, spec, key_file)
+            except DamagedIdentity as exc:
+                damaged[entry.name] = str(exc)
+        return damaged
+
+    def load_prepared(
+        self, identity_id: str, model_key: str, engine: str, prepare: Prepare, spec: PreparedSpec | None = None
+    ) -> PreparedSource:
+        """The identity prepared for `model_key`: from disk when it was prepared for that model before (checked
+        against `spec`: shape, dtype, finite), else prepared now from the stored photo (and saved for next time)."""
         identity = self.get(identity_id)
         directory = self._dir(identity_id)
         path = directory / _PREPARED / prepared_file_name(model_key)
         try:
             data = np.load(path, allow_pickle=False)
+            check_prepared(data, spec)
             return PreparedSource(engine, model_key, data)
         except FileNotFoundError:
             pass
-        except (OSError, ValueError) as exc:
-            raise IdentityUnreadable(f"identity {identity_id}: damaged prepared data ({exc})") from None
+        except DamagedIdentity as exc:
+            raise IdentityUnreadable(f"identity {identity_id} is damaged: {exc}") from None
+        except (OSError, ValueError, EOFError):
+            raise IdentityUnreadable(f"identity {identity_id} is damaged: its prepared data is not readable") from None
         try:
             photo = (directory / identity.image_file).read_bytes()
         except FileNotFoundError:

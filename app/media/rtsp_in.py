@@ -98,6 +98,8 @@ class IngestWorker:
         open_timeout_s: float = 5.0,
         read_timeout_s: float = 5.0,
         loop_file: bool = True,
+        give_up_attempts: int | None = None,
+        give_up_s: float | None = None,
     ) -> None:
         if reconnect_initial_s <= 0 or reconnect_max_s < reconnect_initial_s:
             raise ValueError("need 0 < reconnect_initial_s <= reconnect_max_s")
@@ -111,6 +113,9 @@ class IngestWorker:
         self._reconnect_max_s = reconnect_max_s
         self._timeout = (open_timeout_s, read_timeout_s)
         self._loop_file = loop_file
+        # A live source that delivers no frame for this many opens in a row, or this long, is given up on.
+        self._give_up_attempts = give_up_attempts
+        self._give_up_s = give_up_s
 
         self._log_name = redact_url(source_url)
         self._cond = threading.Condition()
@@ -200,6 +205,8 @@ class IngestWorker:
     # Reader thread.
     def _read_loop(self) -> None:
         delay = self._reconnect_initial_s
+        fruitless = 0  # opens in a row that gave no frame
+        fruitless_since = time.monotonic()
         while not self._stop.is_set():
             self._session_frames = 0
             try:
@@ -233,6 +240,15 @@ class IngestWorker:
                 break
             if self._session_frames:
                 delay = self._reconnect_initial_s
+                fruitless, fruitless_since = 0, time.monotonic()
+            else:
+                fruitless += 1
+                waited = time.monotonic() - fruitless_since
+                if (self._give_up_attempts is not None and fruitless >= self._give_up_attempts) or (
+                    self._give_up_s is not None and waited >= self._give_up_s
+                ):
+                    self._fail(f"gave up after {fruitless} attempts in {waited:.0f} s without a frame: {error}")
+                    return
             with self._cond:
                 self._reconnects += 1
             self._set_state("reconnecting", error)

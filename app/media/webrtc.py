@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 import logging
 import secrets
+import socket
 import time
 from collections import Counter, deque
 from collections.abc import Awaitable, Callable, Iterable
@@ -36,6 +37,8 @@ from aiortc import (
 )
 from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
 
+from app.media.audio_sync import DelayedAudioTrack
+from app.media.hops import HopRecorder, install_timed_encoders
 from app.media.mailbox import Mailbox
 from app.observability import Metrics
 from app.pipeline.pipeline import FramePipeline
@@ -59,6 +62,13 @@ class OfferError(Exception):
 PublisherFactory = Callable[[str, int, int], Any]
 
 
+# Remote candidates an offer may list: aioice checks every pair, so 300 of them made the server send 1,722 STUN
+# packets to 300 ports of the client's choosing in 20 s. A browser lists a handful per network interface.
+MAX_REMOTE_CANDIDATES = 16
+RECEIVING_DIRECTIONS = ("sendrecv", "sendonly")
+WATCHDOG_PERIOD_S = 0.25
+
+
 @dataclass(frozen=True)
 class SessionConfig:
     max_sessions: int = 4
@@ -66,6 +76,26 @@ class SessionConfig:
     ice_servers: tuple[str, ...] = ()
     connect_timeout_s: float = 20.0
     media_timeout_s: float = 10.0
+    # A client that does not complete ICE within this long is not coming: its slot frees long before the connect
+    # timeout (four canned offers with no peer behind them held every slot for 20 s).
+    ice_timeout_s: float = 5.0
+    max_remote_candidates: int = MAX_REMOTE_CANDIDATES
+
+
+def bindable_host_addresses() -> list[str]:
+    """The host addresses aioice would gather from that a UDP socket can bind to."""
+    import aioice.ice
+
+    usable = []
+    for address in aioice.ice.get_host_addresses(use_ipv4=True, use_ipv6=True):
+        family = socket.AF_INET6 if ":" in address else socket.AF_INET
+        with socket.socket(family, socket.SOCK_DGRAM) as probe:
+            try:
+                probe.bind((address, 0))
+            except OSError:
+                continue
+        usable.append(address)
+    return usable
 
 
 def use_host_addresses(addresses: Iterable[str]) -> None:
@@ -94,7 +124,11 @@ def codec_preferences(names: Iterable[str]) -> list[RTCRtpCodecCapability]:
     return ordered
 
 
-def check_offer(text: str) -> None:
+class MediaUnavailable(Exception):
+    """The server has no address to receive media on (answered with 503: nothing the client can fix)."""
+
+
+def check_offer(text: str, max_candidates: int = MAX_REMOTE_CANDIDATES) -> None:
     """Refuse what aiortc would choke on later or what this server cannot serve, with a reason."""
     if not text.startswith("v=0"):
         raise OfferError("not an SDP offer: it must start with v=0")
@@ -118,6 +152,13 @@ def check_offer(text: str) -> None:
             raise OfferError("RTCP mux is not enabled")
         if media.direction is None:
             raise OfferError(f"the {media.kind} section has no direction (sendrecv, sendonly, ...)")
+    if not videos[0].rtp.muxId:
+        raise OfferError("the video section has no a=mid")
+    if videos[0].direction not in RECEIVING_DIRECTIONS:
+        raise OfferError(f"the video section is {videos[0].direction}: send the camera (sendrecv or sendonly)")
+    candidates = sum(len(m.ice_candidates) for m in description.media)
+    if candidates > max_candidates:
+        raise OfferError(f"the offer lists {candidates} ICE candidates; at most {max_candidates} are accepted")
 
 
 def negotiated_codec(answer: str) -> str | None:
@@ -161,15 +202,15 @@ class SwappedVideoTrack(MediaStreamTrack):
 
     kind = "video"
 
-    def __init__(self, on_sent: Callable[[float], None], on_dropped: Callable[[], None]) -> None:
+    def __init__(self, on_sent: Callable[[float, float], None], on_dropped: Callable[[], None]) -> None:
         super().__init__()
         self._on_sent = on_sent
-        self._frames: Mailbox[tuple[av.VideoFrame, float]] = Mailbox(
+        self._frames: Mailbox[tuple[av.VideoFrame, float, float]] = Mailbox(
             on_drop=lambda _reason, _count: on_dropped(), wakes_loop=True
         )
 
-    def put(self, frame: av.VideoFrame, arrived: float) -> None:
-        self._frames.put((frame, arrived))
+    def put(self, frame: av.VideoFrame, arrived: float, processed: float) -> None:
+        self._frames.put((frame, arrived, processed))
 
     async def recv(self) -> av.VideoFrame:
         while True:
@@ -177,8 +218,8 @@ class SwappedVideoTrack(MediaStreamTrack):
                 raise MediaStreamError
             item = self._frames.take()
             if item is not None:
-                frame, arrived = item
-                self._on_sent(arrived)
+                frame, arrived, processed = item
+                self._on_sent(arrived, processed)
                 return frame
             await self._frames.wait_async()
 
@@ -221,15 +262,19 @@ class Session:
         self.close_reason: str | None = None
         self.closed = asyncio.Event()
         self.counters = SessionCounters()
+        self.hops = HopRecorder(metrics.hop_seconds, KIND)
+        install_timed_encoders()
         self.marker: FrameMarker | None = None  # watermark and label of every output frame
         self._pipeline = pipeline
-        self._tracker = pipeline.new_stream()
+        self._live = pipeline.new_live_stream()
         self._executor = executor
         self._metrics = metrics
         self._config = config
         self._on_closed = on_closed
         self._publisher_factory = publisher_factory
         self._publisher: Any = None
+        # Called with every processed image, on the event loop (WHEP viewers); each must return at once.
+        self.output_listeners: list[Callable[[Image], None]] = []
         self.rtsp_path = f"/session/{self.id}"
         self.rtsp_url = rtsp_url(self.rtsp_path) if (rtsp_url and publisher_factory) else None
         # The newest decoded frame not yet taken: put by the receive task, taken by an executor thread.
@@ -246,14 +291,19 @@ class Session:
         ice = [RTCIceServer(url) for url in config.ice_servers]
         self.pc = RTCPeerConnection(RTCConfiguration(iceServers=ice))
         self.output = SwappedVideoTrack(self._on_sent, lambda: self._drop("output_superseded"))
+        # The client's microphone, sent back delayed by the video's processing latency plus this offset.
+        self.audio = DelayedAudioTrack(self._audio_delay_s)
+        self.audio_offset_ms = 0
 
     # --------------------------------------------------------------------------------- signalling
 
     async def negotiate(self, offer: str) -> str:
         """Apply the client's offer and return the answer (ICE gathering complete: no trickle)."""
-        check_offer(offer)
+        check_offer(offer, self._config.max_remote_candidates)
         transceiver = self.pc.addTransceiver(self.output, direction="sendrecv")
         transceiver.setCodecPreferences(codec_preferences(self._config.codecs))
+        if "\nm=audio " in offer:
+            self.pc.addTransceiver(self.audio, direction="sendrecv")
         self.pc.on("track", self._on_track)
         self.pc.on("connectionstatechange", self._on_connection_state)
         try:
@@ -268,6 +318,10 @@ class Session:
         except Exception as exc:  # offers that parse but leave aiortc unable to answer
             raise OfferError(f"cannot answer this offer: {_short(exc)}") from None
         local = self.pc.localDescription.sdp
+        if "\na=candidate:" not in local:
+            if not bindable_host_addresses():
+                raise MediaUnavailable("the server has no usable address for media (see SWAPCAST_ICE_HOST_ADDRESSES)")
+            raise OfferError("the offer leaves no media section to answer with candidates")
         self.codec = negotiated_codec(local)
         self.state = "connecting"
         self._spawn(self._watchdog(), "watchdog")
@@ -278,6 +332,8 @@ class Session:
         if track.kind == "video" and self._video_track is None:
             self._video_track = track
             self._spawn(self._receive(track), "receive")
+        elif track.kind == "audio":
+            self._spawn(self._receive_audio(track), "audio")
         else:
             self._spawn(self._drain(track), "drain")
 
@@ -313,6 +369,38 @@ class Session:
             self._pending.put((frame, now))
         self.request_close("track ended")
 
+    async def _receive_audio(self, track: MediaStreamTrack) -> None:
+        with contextlib.suppress(MediaStreamError):
+            while True:
+                frame = await track.recv()
+                if isinstance(frame, av.AudioFrame):
+                    self.audio.push(frame, time.monotonic())
+
+    def _audio_delay_s(self) -> float:
+        """The video's processing latency (median of its last 30 frames) plus the user's offset."""
+        recent = list(self.counters.latencies)[-30:]
+        video = float(np.median(recent)) if recent else 0.0
+        return video + self.audio_offset_ms / 1000.0
+
+    def set_audio(self, enabled: bool | None = None, offset_ms: int | None = None) -> None:
+        if enabled is not None:
+            self.audio.enabled = enabled
+            if not enabled:
+                self.audio.clear()
+        if offset_ms is not None:
+            self.audio_offset_ms = offset_ms
+
+    def audio_stats(self) -> dict[str, Any]:
+        a = self.audio
+        return {
+            "enabled": a.enabled,
+            "offset_ms": self.audio_offset_ms,
+            "delay_ms": round(self._audio_delay_s() * 1000.0, 1),
+            "frames_in": a.frames_in,
+            "frames_out": a.frames_out,
+            "dropped": a.dropped,
+        }
+
     async def _drain(self, track: MediaStreamTrack) -> None:
         """Tracks this server does not use (audio) are read and discarded so their queues stay empty."""
         with contextlib.suppress(MediaStreamError):
@@ -340,26 +428,40 @@ class Session:
                 continue
             if done is None:
                 continue
-            out, image, arrived = done
+            out, image, arrived, processed = done
             self._metrics.observe_stages(timer)
-            self.output.put(out, arrived)
+            self.hops.observe_stages(timer)
+            self.output.put(out, arrived, processed)
+            for listener in self.output_listeners:
+                listener(image)
             await self._publish(image)
 
-    def _process_newest(self, timer: StageTimer) -> tuple[av.VideoFrame, Image, float] | None:
+    def _process_newest(self, timer: StageTimer) -> tuple[av.VideoFrame, Image, float, float] | None:
         """Runs in the executor. The frame is taken only when a thread is free for it, so a session that waited
         for a thread behind other sessions still processes its newest frame; likewise the identity."""
         pending = self._pending.take()
         if pending is None:
             return None
         frame, arrived = pending
+        self.hops.observe("queue", time.monotonic() - arrived)
         out, image = self._process(frame, self.source, timer)
-        return out, image, arrived
+        out.opaque = self._encode_callback(arrived)
+        return out, image, arrived, time.monotonic()
+
+    def _encode_callback(self, arrived: float) -> Callable[[float, float], None]:
+        """Called by the encoder's thread (app.media.hops.TimedEncoder) once this frame is encoded."""
+
+        def encoded(started: float, ended: float) -> None:
+            self.hops.observe("encode", ended - started)
+            self.hops.observe("total", ended - arrived)
+
+        return encoded
 
     def _process(self, frame: av.VideoFrame, source: PreparedSource, timer: StageTimer) -> tuple[av.VideoFrame, Image]:
         """Convert, swap, convert back, keeping the input's timestamp."""
         with timer.stage("convert_in"):
             image = np.asarray(frame.to_ndarray(format="bgr24"), np.uint8)
-        result = self._pipeline.process([image], source, self._tracker, timer, session=self.id)[0].image
+        result = self._pipeline.process_live(image, source, self._live, timer, self.id).image
         if self.marker is not None:
             with timer.stage("mark"):
                 result = self.marker.apply(result)
@@ -391,8 +493,9 @@ class Session:
             self._close_publisher()
             self._publisher_factory = None
 
-    def _on_sent(self, arrived: float) -> None:
+    def _on_sent(self, arrived: float, processed: float) -> None:
         now = time.monotonic()
+        self.hops.observe("output_wait", now - processed)
         counters = self.counters
         counters.frames_out += 1
         counters.rate_out.add(now)
@@ -406,9 +509,13 @@ class Session:
 
     async def _watchdog(self) -> None:
         while True:
-            await asyncio.sleep(0.25)
+            await asyncio.sleep(WATCHDOG_PERIOD_S)
             now = time.monotonic()
             if self._connected_at is None:
+                ice = self.pc.iceConnectionState
+                if ice not in ("connected", "completed") and now - self._started > self._config.ice_timeout_s:
+                    self.request_close("ICE timeout")
+                    return
                 if now - self._started > self._config.connect_timeout_s:
                     self.request_close("connect timeout")
                     return
@@ -417,6 +524,15 @@ class Session:
                 return
 
     # --------------------------------------------------------------------------------- control
+
+    def frees_in(self) -> float | None:
+        """Seconds until this session closes for sure: while it connects, its ICE or connect deadline."""
+        if self._connected_at is not None:
+            return None
+        elapsed = time.monotonic() - self._started
+        ice = self.pc.iceConnectionState in ("connected", "completed")
+        deadline = self._config.connect_timeout_s if ice else self._config.ice_timeout_s
+        return max(0.0, deadline - elapsed) + WATCHDOG_PERIOD_S
 
     def switch(self, identity_id: str, source: PreparedSource) -> None:
         """Use another identity from the next frame on; no renegotiation."""
@@ -444,6 +560,7 @@ class Session:
             "fps_in": round(c.rate_in.rate(now), 1),
             "fps_out": round(c.rate_out.rate(now), 1),
             "latency_ms": latency,
+            "hops_ms": self.hops.summary(),
             "drops": dict(c.drops),
             "dropped": sum(c.drops.values()),
             "rtsp_url": self.rtsp_url,
@@ -475,6 +592,7 @@ class Session:
         for task in tasks:
             task.cancel()
         self.output.stop()
+        self.audio.stop()
         try:
             await asyncio.gather(*tasks, return_exceptions=True)
             try:
@@ -486,6 +604,7 @@ class Session:
             self._close_publisher()
         finally:
             self._pending.discard()
+            self._live.close()
             self.state = "closed"
             self.closed.set()
             self._on_closed(self)

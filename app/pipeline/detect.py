@@ -121,7 +121,7 @@ class RetinaFaceDetector:
         height, width, scales = self._input_size(batch)
         blob = np.zeros((len(batch), height, width, 3), np.float32)
         for i, (frame, scale) in enumerate(zip(batch, scales, strict=True)):
-            h, w = round(frame.shape[0] * scale), round(frame.shape[1] * scale)
+            h, w = max(1, round(frame.shape[0] * scale)), max(1, round(frame.shape[1] * scale))
             resized = frame if (h, w) == frame.shape[:2] else cv2.resize(frame, (w, h), interpolation=cv2.INTER_AREA)
             blob[i, :h, :w] = resized.astype(np.float32) - BGR_MEAN
         results = [

@@ -123,7 +123,14 @@ def build_pipeline(
     mask = settings.mask if settings.mask != "auto" else ("ellipse" if engine.name == "classic" else "box")
     config = PipelineConfig(
         faces=settings.faces,
-        tracker=replace(TrackerConfig(), detect_interval=settings.detect_interval),
+        tracker=replace(
+            TrackerConfig(),
+            detect_interval=settings.detect_interval,
+            on_face_lost=settings.on_face_lost,
+            hold_frames=settings.hold_frames,
+        ),
+        live_detect_interval=settings.live_detect_interval,
+        live_detect_background=settings.live_detect_background,
         # The mesh engine matches colour under its own face mask: paste-back leaves its crops as they are.
         paste=PasteConfig(mask=mask, color_strength=0.0 if engine.name == "mesh" else settings.color_strength),
     )

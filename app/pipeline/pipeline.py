@@ -6,15 +6,18 @@ are wrapped in shared batchers (`app.pipeline.batching`), the others call the mo
 """
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 import cv2
 import numpy as np
 
 from app.pipeline.align import align_faces
+from app.pipeline.cover import pixelate
 from app.pipeline.detect import RetinaFaceDetector
 from app.pipeline.face_choice import FaceChoice, choose_face
+from app.pipeline.live import LiveTracking
 from app.pipeline.paste import PasteBack, PasteConfig, PasteItem
 from app.pipeline.stage import DEFAULT_SESSION, Stage
 from app.pipeline.swap import PreparedSource, SwapEngine, SwapItem
@@ -23,6 +26,8 @@ from app.pipeline.track import FaceTracker, TrackerConfig
 from app.pipeline.types import AlignedFace, Face, FrameResult, Image
 
 FaceSelection = Literal["all", "largest"]
+# Background detection threads per pipeline: the server's detect stage batches them across sessions.
+LIVE_DETECT_WORKERS = 4
 
 
 @dataclass(frozen=True)
@@ -30,6 +35,10 @@ class PipelineConfig:
     faces: FaceSelection = "all"
     tracker: TrackerConfig = field(default_factory=TrackerConfig)
     paste: PasteConfig = field(default_factory=PasteConfig)
+    # Live streams (new_live_stream) detect in the background every K-th frame (and whenever a face is
+    # missed, moves fast or changes look); 1 detects every frame, still off the frame's path.
+    live_detect_interval: int = 3
+    live_detect_background: bool = False  # True: live frames do not wait for scheduled detections
 
 
 @dataclass(frozen=True)
@@ -77,9 +86,13 @@ class FramePipeline:
         self.config = config or PipelineConfig()
         self.paster = PasteBack(self.config.paste)
         self.stages = stages or Stages(detector, engine, tuple(crops))
+        self._detect_executor: ThreadPoolExecutor | None = None
 
     def close(self) -> None:
         """Stop the stages' batchers and release every model (idempotent)."""
+        if self._detect_executor is not None:
+            self._detect_executor.shutdown(wait=True, cancel_futures=True)
+            self._detect_executor = None
         for stage in self.stages.all():
             stage.close()
         self.detector.close()
@@ -89,6 +102,27 @@ class FramePipeline:
         """Per-stream state for video: tracking and detection interval."""
         return FaceTracker(self.config.tracker)
 
+    def new_live_stream(self) -> LiveTracking:
+        """Per-stream state for live video: tracking, with detection in the background (app.pipeline.live)."""
+        if self._detect_executor is None:
+            self._detect_executor = ThreadPoolExecutor(max_workers=LIVE_DETECT_WORKERS, thread_name_prefix="detect")
+        tracker = FaceTracker(
+            replace(self.config.tracker, detect_interval=self.config.live_detect_interval)
+            if self.config.live_detect_background
+            else self.config.tracker
+        )
+        return LiveTracking(tracker, self.stages.detect, self._detect_executor)
+
+    def process_live(
+        self, frame: Image, source: PreparedSource, live: LiveTracking, timer: StageTimer, session: str
+    ) -> FrameResult:
+        """One live frame: located without waiting for detection, then swapped like any other (inline
+        detection at `tracker.detect_interval` when `live_detect_background` is off)."""
+        if not self.config.live_detect_background:
+            return self.process([frame], source, live.tracker, timer, session)[0]
+        faces = live.locate(frame, timer, session)
+        return self.process([frame], source, live.tracker, timer, session, located=[faces])[0]
+
     def prepare_source(self, image: Image, choice: FaceChoice = "largest") -> PreparedSource:
         """Prepare an identity from a source photo: the face `choice` picks (app.pipeline.face_choice)."""
         (faces,) = self.detector.process([image])
@@ -97,7 +131,10 @@ class FramePipeline:
     def locate(
         self, frames: list[Image], tracker: FaceTracker | None, timer: StageTimer, session: str = DEFAULT_SESSION
     ) -> list[list[Face]]:
-        due = list(range(len(frames))) if tracker is None else [i for i in range(len(frames)) if tracker.due_at(i)]
+        if tracker is None:
+            due = list(range(len(frames)))
+        else:  # the first frame is also detected when a face's region changed since the previous frame
+            due = [i for i in range(len(frames)) if tracker.due_at(i) or (i == 0 and tracker.looks_changed(frames[0]))]
         detected: dict[int, list[Face]] = {}
         if due:
             with timer.stage("detect"):
@@ -106,7 +143,9 @@ class FramePipeline:
         if tracker is None:
             return [detected[i] for i in range(len(frames))]
         with timer.stage("track"):
-            return [tracker.update(detected.get(i)) for i in range(len(frames))]
+            located = [tracker.update(detected.get(i)) for i in range(len(frames))]
+            tracker.note_looks(frames[-1])
+            return located
 
     def process(
         self,
@@ -115,12 +154,15 @@ class FramePipeline:
         tracker: FaceTracker | None = None,
         timer: StageTimer | None = None,
         session: str = DEFAULT_SESSION,
+        located: list[list[Face]] | None = None,
     ) -> list[FrameResult]:
         """Swap `source` into every selected face of `frames`. `session` names the caller for the
-        batchers' fairness when several streams share the models."""
+        batchers' fairness when several streams share the models. `located`: the frames' faces when the
+        caller tracked them already (live streams)."""
         timer = timer or StageTimer()
-        located = self.locate(frames, tracker, timer, session)
-        chosen = [select_faces(faces, self.config.faces) for faces in located]
+        if located is None:
+            located = self.locate(frames, tracker, timer, session)
+        chosen = [select_faces([f for f in faces if f.status != "lost"], self.config.faces) for faces in located]
         with timer.stage("align"):
             aligned = align_faces(frames, chosen, self.engine.align)
         with timer.stage("swap"):
@@ -131,10 +173,30 @@ class FramePipeline:
                     swapped = stage.process(swapped, session=session)
         with timer.stage("paste"):
             items: list[list[PasteItem]] = [[] for _ in frames]
+            if tracker is not None:  # lost faces first: what covers them is from before this batch
+                frames = [
+                    self._cover_lost(tracker, frame, faces, frame_items)
+                    for frame, faces, frame_items in zip(frames, located, items, strict=True)
+                ]
             for face, crop in zip(aligned, swapped, strict=True):
-                items[face.frame_index].append(self._paste_item(face, crop))
+                item = self._paste_item(face, crop)
+                items[face.frame_index].append(item)
+                if tracker is not None:
+                    tracker.remember(face.face.track_id, item)
             images = self.paster.process(list(zip(frames, items, strict=True)))
         return [FrameResult(image, faces) for image, faces in zip(images, chosen, strict=True)]
+
+    def _cover_lost(self, tracker: FaceTracker, frame: Image, faces: list[Face], items: list[PasteItem]) -> Image:
+        """Hide each lost face that was being swapped: pixelate its last region and, with `hold`, freeze its
+        last swapped look over it (appended to `items`)."""
+        policy = tracker.config.on_face_lost
+        if policy == "pass":
+            return frame
+        lost = [(face, tracker.last_pasted(face.track_id)) for face in faces if face.status == "lost"]
+        lost_swapped = [(face, item) for face, item in lost if item is not None]
+        if policy == "hold":
+            items.extend(item for _, item in lost_swapped)
+        return pixelate(frame, [face for face, _ in lost_swapped])
 
     def _paste_item(self, face: AlignedFace, crop: Image) -> PasteItem:
         """Size the (possibly super-resolved) crop to the face's size in the frame: detail beyond the

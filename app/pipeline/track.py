@@ -4,13 +4,23 @@ Each face's box and landmarks (14 numbers) are filtered by a constant-velocity K
 faces stop jittering while moving faces are followed without lag; frames between detections (every K-th
 frame is detected) use the filter's prediction. Noise levels are relative to the face's size, so the same
 settings work for a face of 40 px and one of 400 px.
+
+A face that was being swapped is never shown unswapped because the detector missed it (`on_face_lost`):
+through short misses it is swapped at the predicted position; lost for longer, it is covered where it was
+last seen (`hold`: the last swapped face stays frozen there; `cover`: that region is pixelated) until it is
+found again or `cover_frames` pass. `pass` drops a missed face at once (it shows unswapped).
 """
 
 from dataclasses import dataclass, field
 
+import cv2
 import numpy as np
 
-from app.pipeline.types import Face
+from app.names import FaceLostPolicy
+from app.pipeline.paste import PasteItem
+from app.pipeline.types import Face, FaceStatus, Image
+
+LOOK_SIZE = 16  # a face's region is compared between frames as a 16×16 grey thumbnail (a few µs)
 
 
 @dataclass(frozen=True)
@@ -18,8 +28,15 @@ class TrackerConfig:
     detect_interval: int = 1  # detect every K-th frame; predict in between
     measurement_noise: float = 0.008  # detector jitter, as a fraction of the face size (sigma)
     motion_noise: float = 0.004  # unmodelled acceleration per frame, as a fraction of the face size (sigma)
-    max_missed: int = 2  # detection rounds a face may go unseen before its track ends
+    max_missed: int = 2  # with `pass`: detection rounds a face may go unseen before its track ends
     iou_threshold: float = 0.3
+    on_face_lost: FaceLostPolicy = "hold"
+    hold_frames: int = 4  # frames a missed face is swapped at its predicted position before it is covered
+    cover_frames: int = 150  # frames a lost face stays covered before its track ends (5 s at 30 fps)
+    # An unmatched face this close (in face sizes) to an unmatched track is that face, moved fast or found again.
+    refind_distance: float = 4.0
+    look_change: float = 10.0  # mean grey-level change of a face's region between frames that calls for detection
+    fast_motion: float = 0.05  # face sizes per frame above which every frame is detected (7 px for a 150 px face)
 
 
 def _iou(a: np.ndarray, b: np.ndarray) -> float:
@@ -28,6 +45,14 @@ def _iou(a: np.ndarray, b: np.ndarray) -> float:
     inter = ix * iy
     union = (a[2] - a[0]) * (a[3] - a[1]) + (b[2] - b[0]) * (b[3] - b[1]) - inter
     return float(inter / union) if union > 0 else 0.0
+
+
+def _look(frame: Image, box: np.ndarray) -> np.ndarray:
+    height, width = frame.shape[:2]
+    x0, y0 = int(np.clip(box[0], 0, width - 1)), int(np.clip(box[1], 0, height - 1))
+    x1, y1 = int(np.clip(np.ceil(box[2]), x0 + 1, width)), int(np.clip(np.ceil(box[3]), y0 + 1, height))
+    grey = cv2.cvtColor(frame[y0:y1, x0:x1], cv2.COLOR_BGR2GRAY)
+    return cv2.resize(grey, (LOOK_SIZE, LOOK_SIZE), interpolation=cv2.INTER_AREA).astype(np.float32)
 
 
 def _state(face: Face) -> np.ndarray:
@@ -42,10 +67,15 @@ class _Track:
     velocity: np.ndarray = field(init=False)
     # One 2×2 covariance (position, velocity) serves every coordinate: they share the noise model.
     covariance: np.ndarray = field(init=False)
-    missed: int = 0
+    missed: int = 0  # detection rounds in a row without this face
+    unseen: int = 0  # frames since a detection last matched this face
+    last_pasted: PasteItem | None = None  # how it was last swapped, frozen over it while lost (`hold`)
+    look: np.ndarray | None = None  # its region in the latest frame, as a thumbnail
+    seen_at: np.ndarray = field(init=False)  # where a detection last placed it: where it is covered once lost
 
     def __post_init__(self) -> None:
         self.velocity = np.zeros_like(self.position)
+        self.seen_at = self.position.copy()
         self.covariance = np.diag([1.0, 1.0]) * self.size**2
 
     @property
@@ -69,13 +99,26 @@ class _Track:
         self.covariance = p - np.outer(gain, p[0, :])
         self.score = score
         self.missed = 0
+        self.unseen = 0
+        self.seen_at = self.position.copy()
 
-    def face(self) -> Face:
+    def speed(self) -> float:
+        """How far the face's centre moves per frame, in face sizes."""
+        v = self.velocity[:4]
+        return float(np.hypot((v[0] + v[2]) / 2, (v[1] + v[3]) / 2)) / self.size
+
+    def status(self, config: TrackerConfig) -> FaceStatus:
+        if self.missed == 0:
+            return "seen"
+        return "predicted" if self.unseen <= config.hold_frames else "lost"
+
+    def face(self, config: TrackerConfig) -> Face:
         return Face(
             box=self.position[:4].astype(np.float32),
             score=self.score,
             landmarks=self.position[4:].reshape(5, 2).astype(np.float32),
             track_id=self.track_id,
+            status=self.status(config),
         )
 
 
@@ -93,26 +136,71 @@ class FaceTracker:
         return self.due_at(0)
 
     def due_at(self, offset: int) -> bool:
-        """Whether the frame `offset` frames after the next one needs detection."""
-        return (self._frame + offset) % max(1, self.config.detect_interval) == 0
+        """Whether the frame `offset` frames after the next one needs detection: every K-th frame, and
+        every frame while a face is missed or moves fast (prediction alone would fall behind it)."""
+        if (self._frame + offset) % max(1, self.config.detect_interval) == 0:
+            return True
+        return any(t.missed > 0 or t.speed() > self.config.fast_motion for t in self._tracks)
+
+    @property
+    def tracking(self) -> bool:
+        """Whether any face is being followed (seen, predicted or covered)."""
+        return bool(self._tracks)
 
     def reset(self) -> None:
         self._tracks.clear()
         self._frame = 0
 
-    def update(self, detections: list[Face] | None) -> list[Face]:
+    def update(self, detections: list[Face] | None, age: int = 0) -> list[Face]:
+        """The faces of the next frame: seen (or predicted between detection rounds), predicted through a
+        short miss, or lost (to be covered); with `pass`, only faces seen in the latest round. `age`: how
+        many frames before this one the detections were made (background detection): each is matched to
+        where its track was then and carried forward by the track's velocity."""
         self._frame += 1
         for track in self._tracks:
+            if track.status(self.config) == "lost":
+                # A lost face is covered where it was last seen: a prediction may have carried it out of view.
+                track.position, track.velocity[:] = track.seen_at.copy(), 0.0
             track.predict(self.config)
+            track.unseen += 1
         if detections is not None:
-            self._associate(detections)
-        # A face missed in the latest detection round is not swapped, but its track waits a few rounds.
-        return [t.face() for t in self._tracks if t.missed == 0]
+            self._associate(detections, age)
+        if self.config.on_face_lost == "pass":
+            return [t.face(self.config) for t in self._tracks if t.missed == 0]
+        return [t.face(self.config) for t in self._tracks]
 
-    def _associate(self, detections: list[Face]) -> None:
+    def looks_changed(self, frame: Image) -> bool:
+        """Whether a face's region changed since the previous frame by more than `look_change` grey levels:
+        the face moved (or something crossed it) and the prediction cannot know, so detect this frame."""
+        return any(
+            t.look is not None and float(np.abs(_look(frame, t.position[:4]) - t.look).mean()) > self.config.look_change
+            for t in self._tracks
+        )
+
+    def note_looks(self, frame: Image) -> None:
+        """Keep each face's region in `frame` (the frame just tracked) for `looks_changed` on the next one."""
+        for track in self._tracks:
+            track.look = _look(frame, track.position[:4])
+
+    def remember(self, track_id: int, item: PasteItem) -> None:
+        """How face `track_id` was swapped in this frame: what `hold` freezes over it once it is lost (kept
+        only where a detection placed it, as is the cover)."""
+        for track in self._tracks:
+            if track.track_id == track_id and track.missed == 0:
+                track.last_pasted = item
+
+    def last_pasted(self, track_id: int) -> PasteItem | None:
+        return next((t.last_pasted for t in self._tracks if t.track_id == track_id), None)
+
+    def _alive(self, track: _Track) -> bool:
+        if self.config.on_face_lost == "pass":
+            return track.missed <= self.config.max_missed
+        return track.unseen <= self.config.hold_frames + self.config.cover_frames
+
+    def _associate(self, detections: list[Face], age: int = 0) -> None:
         pairs = sorted(
             (
-                (_iou(track.position[:4], det.box), ti, di)
+                (_iou(track.position[:4] - track.velocity[:4] * age, det.box), ti, di)
                 for ti, track in enumerate(self._tracks)
                 for di, det in enumerate(detections)
             ),
@@ -125,15 +213,44 @@ class FaceTracker:
                 break
             if ti in used_tracks or di in used_dets:
                 continue
-            self._tracks[ti].correct(_state(detections[di]), detections[di].score, self.config)
+            track = self._tracks[ti]
+            track.correct(_state(detections[di]) + track.velocity * age, detections[di].score, self.config)
             used_tracks.add(ti)
             used_dets.add(di)
+        if self.config.on_face_lost != "pass":
+            self._rematch(detections, used_tracks, used_dets)
         for ti, track in enumerate(self._tracks):
             if ti not in used_tracks:
                 track.missed += 1
-                track.velocity[:] = 0.0  # unseen faces wait where they were last seen
-        self._tracks = [t for t in self._tracks if t.missed <= self.config.max_missed]
+                if self.config.on_face_lost == "pass":
+                    track.velocity[:] = 0.0  # unseen faces wait where they were last seen
+        self._tracks = [t for t in self._tracks if self._alive(t)]
         for di, det in enumerate(detections):
             if di not in used_dets:
                 self._tracks.append(_Track(self._next_id, _state(det), det.score))
                 self._next_id += 1
+
+    def _rematch(self, detections: list[Face], used_tracks: set[int], used_dets: set[int]) -> None:
+        """Unmatched faces near unmatched tracks (nearest first, within `refind_distance` face sizes) are
+        those faces, moved too fast to overlap or found again: the track restarts there, keeping its id, so
+        its cover ends and no second track is born beside it."""
+
+        def centre(box: np.ndarray) -> np.ndarray:
+            return (box[:2] + box[2:]) / 2
+
+        pairs = sorted(
+            (float(np.linalg.norm(centre(track.position[:4]) - centre(det.box))) / track.size, ti, di)
+            for ti, track in enumerate(self._tracks)
+            if ti not in used_tracks
+            for di, det in enumerate(detections)
+            if di not in used_dets
+        )
+        for distance, ti, di in pairs:
+            if distance > self.config.refind_distance:
+                break
+            if ti in used_tracks or di in used_dets:
+                continue
+            det = detections[di]
+            self._tracks[ti] = _Track(self._tracks[ti].track_id, _state(det), det.score)
+            used_tracks.add(ti)
+            used_dets.add(di)

@@ -1,6 +1,7 @@
 """Data passed between pipeline stages. Images are BGR uint8 HxWx3 numpy arrays throughout."""
 
 from dataclasses import dataclass, field
+from typing import Literal
 
 import numpy as np
 import numpy.typing as npt
@@ -8,6 +9,9 @@ import numpy.typing as npt
 Image = npt.NDArray[np.uint8]
 Matrix = npt.NDArray[np.float64]  # 2x3 affine, frame -> crop
 Points = npt.NDArray[np.float32]  # 5x2 landmarks: eyes, nose, mouth corners (ArcFace order)
+# seen: found by the latest detection round; predicted: missed briefly, swapped where the tracker expects it;
+# lost: missed for longer, covered where it was last seen (app.pipeline.track)
+FaceStatus = Literal["seen", "predicted", "lost"]
 
 
 @dataclass(frozen=True)
@@ -18,6 +22,7 @@ class Face:
     score: float
     landmarks: Points
     track_id: int = -1
+    status: FaceStatus = "seen"
 
     @property
     def area(self) -> float:

@@ -16,9 +16,10 @@ from app.auth.guard import PUBLIC
 from app.server.drain import Drain, DrainGate
 from app.server.errors import install_error_handlers
 from app.server.limits import BodyLimitMiddleware
+from app.server.openapi import describe_real_bodies
 from app.server.public_url import AbsoluteLocation
 from app.server.revocation import RevocationWatcher
-from app.server.routes import health, identities, operations, sessions, streams
+from app.server.routes import audio, health, identities, operations, sessions, streams, whep
 from app.server.routes.identities import upload_limit
 from app.server.settings import ServerSettings
 from app.server.state import PipelineFactory, ServerState, StateListener
@@ -66,7 +67,7 @@ def create_app(
     def limit_for(path: str) -> int:
         if path.startswith("/v1/identities"):
             return upload_limit(settings.max_upload_bytes)
-        if path.startswith("/v1/sessions") and path.rstrip("/") == "/v1/sessions":
+        if (path.startswith("/v1/sessions") and path.rstrip("/") == "/v1/sessions") or path.endswith("/whep"):
             return settings.sdp_max_bytes
         return settings.max_json_bytes
 
@@ -80,6 +81,7 @@ def create_app(
     if settings.public_base_url is not None:
         app.add_middleware(AbsoluteLocation, base_url=str(settings.public_base_url))
     install_error_handlers(app, settings)
+    describe_real_bodies(app)
     if settings.access.cors_origins:
         app.add_middleware(
             CORSMiddleware,
@@ -95,10 +97,17 @@ def create_app(
     app.include_router(sessions.router)
     app.include_router(streams.router)
     app.include_router(operations.router)
+    app.include_router(whep.router)
+    app.include_router(audio.router)
 
     @app.get("/", include_in_schema=False, dependencies=PUBLIC)
     async def index() -> FileResponse:
         return FileResponse(STATIC_DIR / "index.html", headers={"Cache-Control": "no-cache"})
+
+    @app.get("/view/{session_id}", include_in_schema=False, dependencies=PUBLIC)
+    async def viewer_page(session_id: str) -> FileResponse:
+        """The page OBS's Browser Source shows: the session's swapped video over WHEP (`app/static/view.js`)."""
+        return FileResponse(STATIC_DIR / "view.html", headers={"Cache-Control": "no-cache"})
 
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
     return app

@@ -4,36 +4,59 @@ Every answer keeps FastAPI's `{"detail": "..."}` body; a 503 that will pass (not
 carries `Retry-After`.
 """
 
-from collections.abc import Awaitable, Callable
+import math
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
 
 from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
 from app.identity.consent import ConsentInvalid
 from app.identity.images import ImageRejected
+from app.identity.quota import QuotaExceeded
 from app.identity.store import IdentityNotFound, IdentityUnreadable
-from app.media.webrtc import OfferError
+from app.media.webrtc import MediaUnavailable, OfferError
+from app.media.whep import ViewerOfferError
 from app.server.admission import AdmissionError
+from app.server.ingest_policy import SourceRefused
+from app.server.ratelimit import RateLimited
 from app.server.sessions import SessionNotFound
 from app.server.settings import ServerSettings
 from app.server.state import NotReady
-from app.server.streams import StreamNotFound, StreamsUnavailable
+from app.server.streams import StreamNotFailed, StreamNotFound, StreamsUnavailable
+from app.server.viewers import ViewerNotFound
 
 # Errors answered with a fixed status and the error's message as the detail.
 STATUS_OF: dict[type[Exception], int] = {
     IdentityNotFound: 404,
     SessionNotFound: 404,
     StreamNotFound: 404,
+    ViewerNotFound: 404,
     IdentityUnreadable: 409,
     ConsentInvalid: 422,
     OfferError: 400,
+    ViewerOfferError: 400,
+    MediaUnavailable: 503,
     StreamsUnavailable: 503,
+    StreamNotFailed: 409,
+    SourceRefused: 422,
 }
 
 
 def retry_after(settings: ServerSettings) -> dict[str, str]:
     """The header that tells a client when a 503 is worth retrying."""
     return {"Retry-After": str(settings.retry_after_s)}
+
+
+def validation_detail(errors: Sequence[Any]) -> str:
+    """FastAPI's validation errors as one line: where and what, never the input itself, cut to 300 characters."""
+    parts = []
+    for error in errors:
+        where = ".".join(str(part) for part in error.get("loc", ()) if part != "body") or "body"
+        parts.append(f"{where[:60]}: {str(error.get('msg', 'invalid'))[:120]}")
+    text = "; ".join(parts) or "invalid request"
+    return text if len(text) <= 300 else text[:297] + "..."
 
 
 def install_error_handlers(app: FastAPI, settings: ServerSettings) -> None:
@@ -54,10 +77,27 @@ def install_error_handlers(app: FastAPI, settings: ServerSettings) -> None:
         return answer(503, f"not ready: {exc}", retry_after(settings))
 
     async def no_room(_request: Request, exc: Exception) -> JSONResponse:
-        return answer(503, str(exc), retry_after(settings))
+        known = exc.retry_after_s if isinstance(exc, AdmissionError) else None
+        if known is None:
+            return answer(503, str(exc), retry_after(settings))
+        return answer(503, str(exc), {"Retry-After": str(max(1, math.ceil(known)))})
 
+    async def rate_limited(_request: Request, exc: Exception) -> JSONResponse:
+        wait = exc.retry_after_s if isinstance(exc, RateLimited) else settings.retry_after_s
+        return answer(429, str(exc), {"Retry-After": str(wait)})
+
+    async def over_quota(_request: Request, exc: Exception) -> JSONResponse:
+        return answer(exc.status if isinstance(exc, QuotaExceeded) else 409, str(exc))
+
+    async def invalid_request(_request: Request, exc: Exception) -> JSONResponse:
+        errors = exc.errors() if isinstance(exc, RequestValidationError) else []
+        return answer(422, validation_detail(errors))
+
+    app.add_exception_handler(RequestValidationError, invalid_request)
     for error, status in STATUS_OF.items():
         app.add_exception_handler(error, fixed(status))
     app.add_exception_handler(ImageRejected, image_rejected)
     app.add_exception_handler(NotReady, not_ready)
     app.add_exception_handler(AdmissionError, no_room)
+    app.add_exception_handler(RateLimited, rate_limited)
+    app.add_exception_handler(QuotaExceeded, over_quota)

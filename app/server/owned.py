@@ -5,7 +5,7 @@ import asyncio
 
 from app.auth.access import Access
 from app.auth.principal import Principal
-from app.identity.store import IdentityNotFound
+from app.identity.store import IdentityNotFound, IdentityUnreadable
 from app.media.webrtc import Session
 from app.pipeline.swap import PreparedSource
 from app.server.sessions import SessionManager, SessionNotFound
@@ -15,7 +15,14 @@ from app.server.streams import Stream, StreamManager, StreamNotFound
 
 async def owned_source(state: ServerState, principal: Principal, identity_id: str) -> PreparedSource:
     """The identity prepared for the engine if `principal` may use it; `IdentityNotFound` otherwise."""
-    identity = await asyncio.get_running_loop().run_in_executor(state.control_executor, state.store.get, identity_id)
+    try:
+        identity = await asyncio.get_running_loop().run_in_executor(
+            state.control_executor, state.store.get, identity_id
+        )
+    except IdentityUnreadable:
+        if not principal.is_admin:  # damaged so that its owner cannot be read: only admin hears of it
+            raise IdentityNotFound(identity_id) from None
+        raise
     if not principal.can_see(identity.owner):
         raise IdentityNotFound(identity_id)
     return await state.load_source(identity_id)

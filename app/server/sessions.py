@@ -34,6 +34,7 @@ class SessionManager:
         config: SessionConfig,
         publisher_factory: PublisherFactory | None = None,
         rtsp_url: Callable[[str], str] | None = None,
+        max_per_owner: int | None = None,
         provenance: Provenance | None = None,
     ) -> None:
         self.pipeline = pipeline
@@ -44,7 +45,12 @@ class SessionManager:
         self._publisher_factory = publisher_factory
         self._rtsp_url = rtsp_url
         self._admission: Admission[Session] = Admission(
-            kind=KIND, capacity=config.max_sessions, metrics=metrics, active=metrics.sessions_active
+            kind=KIND,
+            capacity=config.max_sessions,
+            metrics=metrics,
+            active=metrics.sessions_active,
+            per_owner=max_per_owner,
+            frees_in=Session.frees_in,
         )
 
     def __len__(self) -> int:
@@ -63,17 +69,12 @@ class SessionManager:
         return session
 
     async def open(
-        self,
-        offer: str,
-        identity_id: str,
-        source: PreparedSource,
-        *,
-        owner: str | None = None,
-        label: bool | None = None,
+        self, offer: str, identity_id: str, source: PreparedSource, owner: str = "", *, label: bool | None = None
     ) -> tuple[Session, str]:
-        """Admit, negotiate and register a session; returns it with the SDP answer. Its frames carry a mark
-        issued to it and its `owner` (and the visible label if `label`, or by default when the settings say so)."""
-        with self._admission.reserve():
+        """Admit (against the global and the owner's capacity), negotiate and register a session; returns it with
+        the SDP answer. Its frames carry a mark issued to it and `owner` (and the visible label if `label`, or by
+        default when the settings say so)."""
+        with self._admission.reserve(owner):
             session = Session(
                 identity_id=identity_id,
                 source=source,
@@ -92,7 +93,7 @@ class SessionManager:
                         kind="session",
                         ref=session.id,
                         identity=identity_id,
-                        owner=owner,
+                        owner=owner or None,
                         label=label,
                     )
                     session.marker = await asyncio.get_running_loop().run_in_executor(None, issue)
@@ -103,7 +104,7 @@ class SessionManager:
             except BaseException:
                 await session.close("negotiation failed")
                 raise
-            self._admission.admit(session.id, session)
+            self._admission.admit(session.id, session, owner)
             return session, answer
 
     def _closed(self, session: Session) -> None:

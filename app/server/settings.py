@@ -1,14 +1,17 @@
 """Server settings from the environment (prefix SWAPCAST_), validated once at start-up."""
 
+import ipaddress
 import os
 from pathlib import Path
 from typing import Literal
 
-from pydantic import AnyHttpUrl, Field, IPvAnyAddress, model_validator
+from limits import parse
+from pydantic import AnyHttpUrl, Field, IPvAnyAddress, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from app.auth.settings import AccessSettings
 from app.provenance.settings import ProvenanceSettings
+from app.server.connections import ConnectionLimits
 from app.server.ice import IceSettings
 from app.settings import BatchingSettings, ModelStoreSettings, PipelineSettings
 
@@ -34,20 +37,47 @@ class ServerSettings(BaseSettings):
 
     max_sessions: int = Field(4, ge=1)
     max_streams: int = Field(4, ge=1)
+    # What one principal may hold of the above; None = only the global limits (one local owner holds all).
+    max_sessions_per_principal: int | None = Field(None, ge=1)
+    max_streams_per_principal: int | None = Field(None, ge=1)
     retry_after_s: int = Field(5, ge=1)
 
     identity_dir: Path = Field(default_factory=default_identity_dir)
     identity_cache_items: int = Field(64, ge=1)
     max_upload_bytes: int = Field(10 * 1024 * 1024, ge=1024)
-    max_image_pixels: int = Field(40_000_000, ge=64 * 64)
+    # Pixels an upload may declare: 16 MP (a 12 MP phone photo fits) keeps the worst decode, an RGBA PNG, near
+    # 100 MB above the process's own size (`swapcast bench-upload`); 40 MP cost 973 MB.
+    max_image_pixels: int = Field(16_000_000, ge=64 * 64)
+    max_concurrent_decodes: int = Field(2, ge=1)
+    # Per owner: identities kept and their bytes on disk (a stored identity is its photo as PNG, ~1-6 MB, a
+    # thumbnail and prepared data).
+    max_identities: int = Field(100, ge=1)
+    max_identity_bytes: int = Field(500 * 1024 * 1024, ge=1024 * 1024)
+    # Creations per minute-window, per principal and per client address (429 with Retry-After beyond them);
+    # the `limits` library's notation: "30/minute", "5/second", "100/hour".
+    rate_uploads: str = "30/minute"
+    rate_sessions: str = "30/minute"
+    rate_streams: str = "10/minute"
     sdp_max_bytes: int = Field(128 * 1024, ge=1024)
     max_json_bytes: int = Field(64 * 1024, ge=1024)
 
     video_codecs: list[VideoCodec] = Field(default_factory=lambda: list(DEFAULT_CODECS), min_length=1)
     ice_servers: list[str] = Field(default_factory=list)  # stun:/turn: URLs; none by default (no outside calls)
     connect_timeout_s: float = Field(20.0, gt=0)  # offer answered -> media flowing
+    ice_timeout_s: float = Field(5.0, gt=0)  # offer answered -> ICE connected, or the slot frees
+    max_remote_candidates: int = Field(16, ge=1, le=256)
+    # Addresses media sockets bind and advertise; empty = the bind host when it is one address, else every
+    # interface.
+    ice_host_addresses: list[str] = Field(default_factory=list)
     media_timeout_s: float = Field(10.0, gt=0)  # no input frame for this long ends a session
     shutdown_grace_s: float = Field(5.0, gt=0)
+    # HTTP connections (app/server/connections.py): a request's headers must arrive within header_timeout_s, an
+    # idle keep-alive connection closes after keep_alive_s, and at most max_connections are open (per client
+    # address: max_connections_per_client); beyond those a connection gets 503 and is closed.
+    header_timeout_s: float = Field(10.0, gt=0)
+    keep_alive_s: float = Field(5.0, gt=0)
+    max_connections: int = Field(512, ge=1)
+    max_connections_per_client: int = Field(64, ge=1)
     # Deployment: SIGTERM or POST /v1/server/drain lets open sessions run this long before the server stops;
     # absolute Location URLs naming this replica; the address ICE host candidates advertise behind a NAT.
     drain_timeout_s: float = Field(300.0, ge=0)
@@ -56,6 +86,15 @@ class ServerSettings(BaseSettings):
     ice: IceSettings = Field(default_factory=IceSettings)
 
     allow_file_sources: bool = False  # let POST /v1/streams read local files (tests, demos)
+    # Where ingest may connect (see app/server/ingest_policy.py): when set, the only networks a source may be in
+    # (e.g. ["192.168.1.0/24"], or ["127.0.0.0/8"] for a camera proxy on this machine); else everything but
+    # loopback, link-local, multicast, unspecified, reserved and this server's own ports.
+    ingest_allowed_networks: list[str] = Field(default_factory=list)
+    ingest_allow_private: bool = True
+    # A stream whose source has not delivered a frame for this many attempts, or this long, becomes `failed`
+    # and frees its slot (the owner can restart it).
+    stream_give_up_attempts: int = Field(8, ge=1)
+    stream_give_up_s: float = Field(60.0, gt=0)
     pipeline_workers: int = Field(default_factory=lambda: os.cpu_count() or 1, ge=1)
     warmup: bool = True
 
@@ -82,6 +121,33 @@ class ServerSettings(BaseSettings):
         if "refine_landmarks" not in self.pipeline.model_fields_set:
             self.pipeline = self.pipeline.model_copy(update={"refine_landmarks": False})
         return self
+
+    @field_validator("ingest_allowed_networks")
+    @classmethod
+    def _networks(cls, value: list[str]) -> list[str]:
+        for network in value:
+            try:
+                ipaddress.ip_network(network, strict=False)
+            except ValueError:
+                raise ValueError(f"{network!r} is not a network such as 192.168.1.0/24") from None
+        return value
+
+    @field_validator("rate_uploads", "rate_sessions", "rate_streams")
+    @classmethod
+    def _rate(cls, value: str) -> str:
+        try:
+            parse(value)
+        except ValueError:
+            raise ValueError(f"{value!r} is not a rate such as 30/minute") from None
+        return value
+
+    def connection_limits(self) -> ConnectionLimits:
+        return ConnectionLimits(
+            header_timeout_s=self.header_timeout_s,
+            keep_alive_s=self.keep_alive_s,
+            max_connections=self.max_connections,
+            max_per_client=self.max_connections_per_client,
+        )
 
     def url_host(self) -> str:
         if self.public_host:

@@ -11,17 +11,24 @@ from prometheus_client import CollectorRegistry
 
 from app.identity.cache import IdentityCache
 from app.identity.enrol import re_preparer
-from app.identity.store import IdentityNotFound, IdentityStore, is_identity_id
-from app.media.webrtc import SessionConfig
+from app.identity.images import decode_slots
+from app.identity.quota import IdentityQuota, UsageOf
+from app.identity.store import IdentityNotFound, IdentityStore, IdentityUnreadable, is_identity_id
+from app.identity.validate import PreparedSpec
+from app.media.webrtc import SessionConfig, use_host_addresses
 from app.model_store import open_model_store
 from app.observability import Metrics
 from app.pipeline.pipeline import FramePipeline
 from app.pipeline.swap import PreparedSource
 from app.provenance.service import Provenance
+from app.server.ingest_policy import IngestPolicy
+from app.server.media_addresses import media_host_addresses
+from app.server.ratelimit import RateLimiter, RateLimits
 from app.server.rtsp import RtspOutput
 from app.server.sessions import SessionManager
 from app.server.settings import ServerSettings
-from app.server.streams import StreamManager
+from app.server.streams import GiveUp, StreamManager
+from app.server.viewers import Viewers
 from app.settings import BatchingSettings, PipelineSettings
 from engines.store import ModelStore
 
@@ -81,7 +88,18 @@ class ServerState:
         # upload or an identity switch never waits behind video.
         self.executor = ThreadPoolExecutor(settings.pipeline_workers, thread_name_prefix="swapcast-pipeline")
         self.control_executor = ThreadPoolExecutor(2, thread_name_prefix="swapcast-control")
+        decode_slots.resize(settings.max_concurrent_decodes)
         self.store = IdentityStore(settings.identity_dir)
+        self.identity_quota = IdentityQuota(settings.max_identities, settings.max_identity_bytes)
+        # What one principal holds: the identities it created (in local mode, the local principal's).
+        self.identity_usage: UsageOf = lambda owner: self.store.usage(owner)
+        own_ports = (settings.port, settings.rtsp_port, settings.access.metrics_port or 0)  # 0: none
+        self.ingest_policy = IngestPolicy.from_settings(
+            settings.ingest_allowed_networks, settings.ingest_allow_private, own_ports
+        )
+        self.rate_limiter = RateLimiter(
+            RateLimits(uploads=settings.rate_uploads, sessions=settings.rate_sessions, streams=settings.rate_streams)
+        )
         self.provenance = Provenance(settings.provenance)
         self.rtsp = RtspOutput(
             enabled=settings.rtsp_enabled,
@@ -94,8 +112,12 @@ class ServerState:
             self._load_identity, max_items=settings.identity_cache_items, registry=self.metrics.registry
         )
         self.pipeline: FramePipeline | None = None
+        self.prepared_spec: PreparedSpec | None = None
+        # Stored identities found damaged (id -> reason): left out of lists, refused with 409, deletable.
+        self.damaged: dict[str, str] = {}
         self.sessions: SessionManager | None = None
         self.streams: StreamManager | None = None
+        self.viewers = Viewers(tuple(settings.ice_servers))
         self.ready = False
         self.not_ready_reason: str = "starting"
         self._load_task: asyncio.Task[None] | None = None
@@ -105,7 +127,11 @@ class ServerState:
 
     async def start(self) -> None:
         loop = self.loop = asyncio.get_running_loop()
+        addresses = media_host_addresses(self.settings)
+        if addresses is not None:
+            use_host_addresses(addresses)
         await loop.run_in_executor(self.control_executor, self.store.open)
+        await self._audit_store()
         await loop.run_in_executor(self.control_executor, self.rtsp.start)
         self.metrics.count_rtsp_clients_with(self._rtsp_clients)
         self._load_task = loop.create_task(self._load())
@@ -119,6 +145,9 @@ class ServerState:
             if self.settings.warmup:
                 self.not_ready_reason = "warming up"
                 await loop.run_in_executor(self.control_executor, warm_up, pipeline)
+            self.prepared_spec = await loop.run_in_executor(
+                self.control_executor, PreparedSpec.of_engine, pipeline.engine
+            )
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # the server stays alive and says why it is not ready
@@ -127,6 +156,7 @@ class ServerState:
             self._announce()
             return
         self.pipeline = pipeline
+        await self._audit_store()
         s = self.settings
         self.sessions = SessionManager(
             pipeline=pipeline,
@@ -138,7 +168,10 @@ class ServerState:
                 ice_servers=tuple(s.ice_servers),
                 connect_timeout_s=s.connect_timeout_s,
                 media_timeout_s=s.media_timeout_s,
+                ice_timeout_s=s.ice_timeout_s,
+                max_remote_candidates=s.max_remote_candidates,
             ),
+            max_per_owner=s.max_sessions_per_principal,
             publisher_factory=self.rtsp.publish if self.rtsp.available else None,
             rtsp_url=self.rtsp.url if self.rtsp.available else None,
             provenance=self.provenance,
@@ -148,6 +181,8 @@ class ServerState:
             metrics=self.metrics,
             rtsp=self.rtsp,
             max_streams=s.max_streams,
+            max_per_owner=s.max_streams_per_principal,
+            give_up=GiveUp(attempts=s.stream_give_up_attempts, seconds=s.stream_give_up_s),
             provenance=self.provenance,
         )
         self.ready = True
@@ -177,6 +212,7 @@ class ServerState:
         if self.streams is not None:
             closers.append(self.streams.close_all(grace))
         results = await asyncio.gather(*closers, return_exceptions=True)
+        await self.viewers.close_all()
         if not all(r is True for r in results):
             log.warning("some sessions or streams did not close within %.1f s", grace)
         loop = asyncio.get_running_loop()
@@ -191,11 +227,35 @@ class ServerState:
 
     # ------------------------------------------------------------------------------ identities
 
+    async def _audit_store(self) -> None:
+        """Check every stored identity (and, once the engine is known, its prepared data) and say which are
+        damaged, so one bad directory neither breaks the list nor starts a session that shows nothing."""
+        loop = asyncio.get_running_loop()
+        model_key = self.pipeline.engine.model_key if self.pipeline is not None else None
+        found = await loop.run_in_executor(self.control_executor, self.store.audit, self.prepared_spec, model_key)
+        for identity_id, reason in found.items():
+            if identity_id not in self.damaged:
+                log.warning("stored identity %s is damaged and will be refused: %s", identity_id, reason)
+        self.damaged = found
+        if found:
+            log.warning("%d damaged stored identities: %s", len(found), ", ".join(sorted(found)))
+
+    def check_usable(self, identity_id: str) -> None:
+        """`IdentityUnreadable` (409) with the reason when the identity was found damaged."""
+        reason = self.damaged.get(identity_id)
+        if reason is not None:
+            raise IdentityUnreadable(f"identity {identity_id} is damaged: {reason}")
+
+    def forget_damaged(self, identity_id: str) -> None:
+        self.damaged.pop(identity_id, None)
+
     def _load_identity(self, identity_id: str, model_key: str) -> PreparedSource:
         pipeline = self.pipeline
         if pipeline is None:
             raise NotReady(self.not_ready_reason)
-        return self.store.load_prepared(identity_id, model_key, pipeline.engine.name, re_preparer(pipeline))
+        return self.store.load_prepared(
+            identity_id, model_key, pipeline.engine.name, re_preparer(pipeline), self.prepared_spec
+        )
 
     async def load_source(self, identity_id: str) -> PreparedSource:
         """The identity prepared for the loaded engine (cached); IdentityNotFound if there is none."""
@@ -204,6 +264,7 @@ class ServerState:
             raise NotReady(self.not_ready_reason)
         if not is_identity_id(identity_id):
             raise IdentityNotFound(identity_id)
+        self.check_usable(identity_id)
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self.control_executor, self.cache.get, identity_id, pipeline.engine.model_key)
 

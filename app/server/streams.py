@@ -10,6 +10,7 @@ import logging
 import secrets
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import partial
 from typing import Any
@@ -25,6 +26,7 @@ from app.pipeline.types import Image
 from app.provenance.service import FrameMarker, Provenance
 from app.runtime.batcher import BatcherError
 from app.server.admission import Admission
+from app.server.ingest_policy import coarse_error, redact_credentials
 from app.server.rtsp import FramePublisher, RtspOutput
 
 log = logging.getLogger(__name__)
@@ -40,6 +42,18 @@ class StreamNotFound(LookupError):
 
 class StreamsUnavailable(Exception):
     """RTSP ingest or output cannot run here; the message says why."""
+
+
+class StreamNotFailed(Exception):
+    """Only a failed stream can be restarted (409)."""
+
+
+@dataclass(frozen=True)
+class GiveUp:
+    """When a live source that delivers nothing is given up on (the stream becomes `failed`, freeing its slot)."""
+
+    attempts: int | None = None
+    seconds: float | None = None
 
 
 class LazyPublisher:
@@ -95,10 +109,22 @@ def probe_size(source_url: str, timeout_s: float = PROBE_TIMEOUT_S) -> tuple[int
 
 class Stream:
     def __init__(
-        self, *, source_url: str, identity_id: str, source: PreparedSource, pipeline: FramePipeline, metrics: Metrics
+        self,
+        *,
+        source_url: str,
+        identity_id: str,
+        source: PreparedSource,
+        pipeline: FramePipeline,
+        metrics: Metrics,
+        display_url: str | None = None,
+        owner: str = "",
+        requested_url: str | None = None,
     ) -> None:
         self.id = secrets.token_hex(16)
-        self.source_url = source_url
+        self.requested_url = requested_url or source_url  # as the client sent it: checked again on restart
+        self.source_url = source_url  # what ingest opens (credentials and the checked address included)
+        self.display_url = redact_credentials(display_url if display_url is not None else source_url)
+        self.owner = owner
         self.identity_id = identity_id
         self.source = source
         self.created = datetime.now(UTC).isoformat(timespec="seconds")
@@ -114,6 +140,9 @@ class Stream:
         self._seen_in = 0
         self._seen_dropped = 0
         self.marker: FrameMarker | None = None  # watermark and label of every output frame
+        # Called with every output frame on the ingest thread (WHEP viewers); each must return at once.
+        self.output_listeners: list[Callable[[Image], None]] = []
+        self.ended = asyncio.Event()
 
     def process(self, frames: list[Image]) -> list[Image]:
         """Called by the ingest worker's thread with decoded frames; returns the swapped ones.
@@ -133,7 +162,11 @@ class Stream:
         self._metrics.observe_stages(timer)
         self._metrics.frames_out.labels(KIND).inc(len(results))
         marker = self.marker
-        return [marker.apply(r.image) if marker else r.image for r in results]
+        images = [marker.apply(r.image) if marker else r.image for r in results]
+        for listener in list(self.output_listeners):
+            for image in images:
+                listener(image)
+        return images
 
     def sync_counters(self) -> None:
         """Carry the worker's decoded and dropped frame counts over to the metrics."""
@@ -168,11 +201,14 @@ class Stream:
             except Exception:  # a worker that is stopping may not answer
                 worker_stats = {}
         state = self.worker.state if self.worker is not None else self.state
+        error = coarse_error(worker_stats.get("last_error"))
+        worker_stats["last_error"] = error
         return {
             "id": self.id,
-            "source_url": self.source_url,
+            "source_url": self.display_url,
             "identity": self.identity_id,
             "state": str(state),
+            "reason": error if state == "failed" else None,
             "created": self.created,
             "rtsp_url": self.rtsp_url,
             "provenance": self.marker.describe() if self.marker else None,
@@ -189,6 +225,8 @@ class StreamManager:
         rtsp: RtspOutput,
         max_streams: int,
         worker_factory: Callable[..., IngestWorker] = IngestWorker,
+        max_per_owner: int | None = None,
+        give_up: GiveUp | None = None,
         provenance: Provenance | None = None,
     ) -> None:
         self.pipeline = pipeline
@@ -196,9 +234,13 @@ class StreamManager:
         self._metrics = metrics
         self._rtsp = rtsp
         self._worker_factory = worker_factory
+        self._give_up = give_up or GiveUp()
         self._admission: Admission[Stream] = Admission(
-            kind=KIND, capacity=max_streams, metrics=metrics, active=metrics.streams_active
+            kind=KIND, capacity=max_streams, metrics=metrics, active=metrics.streams_active, per_owner=max_per_owner
         )
+        # Streams whose source was given up on: listed with their reason, holding no slot, restartable.
+        self._failed: dict[str, Stream] = {}
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     @property
     def unavailable_reason(self) -> str | None:
@@ -210,13 +252,13 @@ class StreamManager:
         return len(self._admission)
 
     def streams(self) -> list[Stream]:
-        return self._admission.items()
+        return self._admission.items() + list(self._failed.values())
 
     def rtsp_paths(self) -> list[str]:
         return [s.rtsp_path for s in self._admission.items()]
 
     def get(self, stream_id: str) -> Stream:
-        stream = self._admission.get(stream_id)
+        stream = self._admission.get(stream_id) or self._failed.get(stream_id)
         if stream is None:
             raise StreamNotFound(stream_id)
         return stream
@@ -233,59 +275,113 @@ class StreamManager:
         identity_id: str,
         source: PreparedSource,
         *,
-        owner: str | None = None,
+        display_url: str | None = None,
+        owner: str = "",
+        requested_url: str | None = None,
         label: bool | None = None,
     ) -> Stream:
         """Start pulling, swapping and publishing; the output carries a mark issued to this stream and `owner`."""
         self.check_available()
-        with self._admission.reserve():
+        with self._admission.reserve(owner):
             stream = Stream(
                 source_url=source_url,
                 identity_id=identity_id,
                 source=source,
                 pipeline=self.pipeline,
                 metrics=self._metrics,
+                display_url=display_url,
+                owner=owner,
+                requested_url=requested_url,
             )
-            publisher = stream.publisher = LazyPublisher(self._rtsp, stream.rtsp_path)
             stream.rtsp_url = self._rtsp.url(stream.rtsp_path)
-            loop = asyncio.get_running_loop()
             if self._provenance is not None:
-                stream.marker = await loop.run_in_executor(
-                    None,
-                    partial(
-                        self._provenance.marker,
-                        kind="stream",
-                        ref=stream.id,
-                        identity=identity_id,
-                        owner=owner,
-                        label=label,
-                    ),
+                mark = partial(
+                    self._provenance.marker,
+                    kind="stream",
+                    ref=stream.id,
+                    identity=identity_id,
+                    owner=owner or None,
+                    label=label,
                 )
-            # With the size known the RTSP path exists at once; otherwise it appears with the first frame.
-            try:
-                size = await loop.run_in_executor(None, probe_size, source_url)
-                if size is not None:
-                    await loop.run_in_executor(None, publisher.open, *size)
-                worker = self._worker_factory(source_url, stream.process, publisher, on_state=stream.on_state)
-                stream.worker = worker
-                await loop.run_in_executor(None, worker.start)
-            except BaseException as exc:
-                await asyncio.shield(loop.run_in_executor(None, _stop_stream, stream))
-                if isinstance(exc, Exception):
-                    raise StreamsUnavailable(f"cannot start the stream: {exc}") from None
-                raise
-            self._admission.admit(stream.id, stream)
+                stream.marker = await asyncio.get_running_loop().run_in_executor(None, mark)
+            await self._start(stream)
+            self._admission.admit(stream.id, stream, owner)
             return stream
 
+    async def restart(self, stream_id: str, source_url: str | None = None) -> Stream:
+        """Start a failed stream again (at `source_url` when its address was checked again)."""
+        stream = self.get(stream_id)
+        if stream_id not in self._failed:
+            raise StreamNotFailed(f"stream {stream_id} is {stream.stats()['state']}; only a failed stream restarts")
+        self.check_available()
+        with self._admission.reserve(stream.owner):
+            if source_url is not None:
+                stream.source_url = source_url
+            await self._start(stream)
+            del self._failed[stream_id]
+            self._admission.admit(stream.id, stream, stream.owner)
+            return stream
+
+    async def _start(self, stream: Stream) -> None:
+        publisher = stream.publisher = LazyPublisher(self._rtsp, stream.rtsp_path)
+        loop = self._loop = asyncio.get_running_loop()
+        # With the size known the RTSP path exists at once; otherwise it appears with the first frame.
+        try:
+            size = await loop.run_in_executor(None, probe_size, stream.source_url)
+            if size is not None:
+                await loop.run_in_executor(None, publisher.open, *size)
+            worker = self._worker_factory(
+                stream.source_url,
+                stream.process,
+                publisher,
+                on_state=lambda state: self._on_state(stream, state),
+                give_up_attempts=self._give_up.attempts,
+                give_up_s=self._give_up.seconds,
+            )
+            stream.worker = worker
+            await loop.run_in_executor(None, worker.start)
+        except BaseException as exc:
+            await asyncio.shield(loop.run_in_executor(None, _stop_stream, stream))
+            if isinstance(exc, Exception):
+                raise StreamsUnavailable(f"cannot start the stream: {coarse_error(str(exc))}") from None
+            raise
+
+    def _on_state(self, stream: Stream, state: str) -> None:
+        """From the ingest thread: a stream that failed gives its slot back (on the event loop)."""
+        stream.on_state(state)
+        if state == "failed" and self._loop is not None and not self._loop.is_closed():
+            self._loop.call_soon_threadsafe(self._failed_now, stream)
+
+    def _failed_now(self, stream: Stream) -> None:
+        if self._admission.release(stream.id) is None:
+            return  # deleted meanwhile
+        self._failed[stream.id] = stream
+        log.warning("stream %s failed and freed its slot: %s", stream.id, stream.stats()["reason"])
+        if self._loop is not None:
+            self._loop.run_in_executor(None, _close_outputs, stream)
+
     async def close(self, stream_id: str) -> None:
-        stream = self._admission.release(stream_id)
+        stream = self._admission.release(stream_id) or self._failed.pop(stream_id, None)
         if stream is None:
             raise StreamNotFound(stream_id)
-        await asyncio.get_running_loop().run_in_executor(None, _stop_stream, stream)
+        try:
+            await asyncio.get_running_loop().run_in_executor(None, _stop_stream, stream)
+        finally:
+            stream.ended.set()
 
     async def close_all(self, grace_s: float) -> bool:
         """Refuse new streams and stop all running ones; False if some did not finish within `grace_s`."""
+        self._failed.clear()
         return await self._admission.close_all(lambda s: self.close(s.id), grace_s)
+
+
+def _close_outputs(stream: Stream) -> None:
+    """A failed stream's worker has ended on its own; its RTSP path goes."""
+    try:
+        if stream.publisher is not None:
+            stream.publisher.close()
+    except Exception:
+        log.exception("stream %s: RTSP publisher did not close cleanly", stream.id)
 
 
 def _stop_stream(stream: Stream) -> None:

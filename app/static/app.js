@@ -278,7 +278,7 @@ async function start() {
   try {
     page.stream = await navigator.mediaDevices.getUserMedia({
       video: { width: { ideal: 640 }, height: { ideal: 480 }, frameRate: { ideal: 30 } },
-      audio: false,
+      audio: $("mic-toggle").checked,
     });
     $("local-video").srcObject = page.stream;
 
@@ -286,8 +286,12 @@ async function start() {
     page.pc = pc;
     updateButtons();
     pc.addTransceiver(page.stream.getVideoTracks()[0], { direction: "sendrecv", streams: [page.stream] });
+    for (const track of page.stream.getAudioTracks()) {
+      pc.addTransceiver(track, { direction: "sendrecv", streams: [page.stream] });
+    }
     pc.addEventListener("track", (event) => {
-      $("remote-video").srcObject = event.streams[0] || new MediaStream([event.track]);
+      const element = event.track.kind === "audio" ? $("remote-audio") : $("remote-video");
+      element.srcObject = new MediaStream([event.track]);
     });
     pc.addEventListener("connectionstatechange", () => {
       if (pc !== page.pc) return;
@@ -376,6 +380,8 @@ async function updateStats() {
       window.swapcast.server = s;
       $("stat-server-fps").textContent = `${s.fps_in} / ${s.fps_out}`;
       $("stat-server-latency").textContent = `${ms(s.latency_ms.p50)} / ${ms(s.latency_ms.p95)}`;
+      const hops = Object.entries(s.hops_ms || {}).map(([hop, v]) => `${hop} ${Math.round(v.p95)}`).join(" · ");
+      $("stat-server-hops").textContent = hops ? `${hops} ms` : "—";
       const reasons = Object.entries(s.drops).map(([k, v]) => `${k} ${v}`).join(", ");
       $("stat-server-drops").textContent = `${s.dropped} of ${s.frames_in}${reasons ? ` (${reasons})` : ""}`;
       $("stat-codec").textContent = s.codec || "—";
@@ -397,6 +403,8 @@ async function updateStats() {
       now.height = entry.frameHeight;
       now.jitterBufferMs = entry.jitterBufferEmittedCount
         ? (1000 * entry.jitterBufferDelay) / entry.jitterBufferEmittedCount : null;
+    } else if (entry.type === "inbound-rtp" && entry.kind === "audio") {
+      now.audioBytes = entry.bytesReceived || 0;
     } else if (entry.type === "outbound-rtp" && entry.kind === "video") {
       now.fpsOut = entry.framesPerSecond;
       now.framesSent = entry.framesSent || 0;

@@ -89,7 +89,7 @@ def test_ice_servers_route_mints_turn_credentials_per_call(tmp_path: Path, monke
     monkeypatch.setenv("SWAPCAST_TURN_URLS", '["turn:turn.example.org:3478?transport=udp"]')
     monkeypatch.setenv("SWAPCAST_TURN_SECRET", SECRET)
     settings = server_settings(tmp_path, ice_servers=["stun:stun.example.org:3478"])
-    with TestClient(create_app(settings, _no_models)) as client:  # type: ignore[arg-type]
+    with TestClient(create_app(settings, _no_models), base_url="http://127.0.0.1") as client:  # type: ignore[arg-type]
         body = client.get("/v1/ice-servers").json()
     stun, turn = body["iceServers"]
     assert stun == {"urls": ["stun:stun.example.org:3478"]}

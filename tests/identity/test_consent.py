@@ -37,7 +37,7 @@ def test_a_missing_or_invalid_statement_is_refused_with_the_reason(
 def test_the_record_names_the_exact_photo_its_owner_and_time_and_reads_back() -> None:
     photo = b"\x89PNG not really, but bytes all the same"
     given = ConsentStatement.parse("obtained", "my colleague, in writing")
-    record = Consent.record(given, photo=photo, owner="key:alice", time="2026-12-02T18:00:00+00:00")
+    record = Consent.record(given, upload=photo, owner="key:alice", time="2026-12-02T18:00:00+00:00")
     assert record.photo_sha256 == hashlib.sha256(photo).hexdigest()
     assert (record.statement, record.attestation, record.owner) == ("obtained", "my colleague, in writing", "key:alice")
     stored = {
@@ -48,6 +48,14 @@ def test_the_record_names_the_exact_photo_its_owner_and_time_and_reads_back() ->
         "time": "2026-12-02T18:00:00+00:00",
     }
     assert Consent.from_json(stored) == record
-    for broken in ({**stored, "statement": "maybe"}, {**stored, "photo_sha256": "abc"}, {"statement": "self"}, []):
+    broken_records = (
+        {**stored, "statement": "maybe"},
+        {**stored, "photo_sha256": "abc"},
+        {**stored, "time": 5},
+        {**stored, "attestation": ["a"]},
+        {"statement": "self"},
+        [],
+    )
+    for broken in broken_records:
         with pytest.raises(ValueError):
             Consent.from_json(broken)

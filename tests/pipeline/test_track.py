@@ -71,8 +71,10 @@ def face_at(x: float, y: float, size: float = 100.0) -> Face:
     return Face(box=box, score=0.99, landmarks=unit * size + np.array([x, y], np.float32))
 
 
-def test_faces_entering_and_leaving() -> None:
-    tracker = FaceTracker(TrackerConfig(max_missed=2))
+def test_faces_entering_and_leaving_with_pass() -> None:
+    """With `pass` a face missed by a detection round is dropped at once (the other policies cover it:
+    tests/app/test_face_lost.py)."""
+    tracker = FaceTracker(TrackerConfig(max_missed=2, on_face_lost="pass"))
     first = tracker.update([face_at(10, 10)])
     assert [f.track_id for f in first] == [0]
     both = tracker.update([face_at(12, 10), face_at(300, 50)])

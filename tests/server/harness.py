@@ -20,6 +20,7 @@ from fastapi import FastAPI
 from app.pipeline.pipeline import FramePipeline
 from app.pipeline.types import Image
 from app.server.app import create_app
+from app.server.connections import uvicorn_options
 from app.server.settings import ServerSettings
 from app.server.state import ServerState
 from app.settings import PipelineSettings
@@ -42,7 +43,10 @@ class RunningServer:
         self.base_url = f"{scheme}://127.0.0.1:{self.port}"
         self.verify: ssl.SSLContext | bool = ssl.create_default_context(cafile=str(ca_file)) if ca_file else True
         tls = {"ssl_certfile": str(access.tls_cert), "ssl_keyfile": str(access.tls_key)} if access.tls else {}
-        self.server = uvicorn.Server(uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=5, **tls))
+        options = uvicorn_options(self.state.settings.connection_limits())
+        self.server = uvicorn.Server(
+            uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=5, **tls, **options)
+        )
         self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self._sock]}, daemon=True)
 
     def start(self, *, wait_ready: bool = True, timeout: float = 60.0) -> RunningServer:
@@ -100,6 +104,10 @@ def server_settings(identity_dir: Path, **overrides: Any) -> ServerSettings:
         "connect_timeout_s": 15.0,
         "pipeline_workers": 2,
         "pipeline": PipelineSettings(engine="classic"),
+        # Tests share servers and run faster than any client: the rate-limit tests set their own.
+        "rate_uploads": "100000/minute",
+        "rate_sessions": "100000/minute",
+        "rate_streams": "100000/minute",
     }
     values.update(overrides)
     return ServerSettings(**values)

@@ -66,6 +66,18 @@ def real_offer() -> str:
     return asyncio.run(make())
 
 
+def viewer_offer() -> str:
+    async def make() -> str:
+        pc = RTCPeerConnection(RTCConfiguration(iceServers=[]))
+        pc.addTransceiver("video", direction="recvonly")
+        await pc.setLocalDescription(await pc.createOffer())
+        offer = pc.localDescription.sdp
+        await pc.close()
+        return str(offer)
+
+    return asyncio.run(make())
+
+
 SUCCEEDS = ("owner", "admin")  # callers whose DELETE really deletes: they get fresh resources
 
 
@@ -122,6 +134,23 @@ class World:
             return str(response.json()["id"])
 
         return self._owned("stream", fresh, make)
+
+    def viewer(self, kind: str, fresh: bool = False) -> str:
+        """A WHEP viewer of the owner's cached session or stream: its resource path."""
+        output = self.session() if kind == "sessions" else self.stream()
+
+        def make() -> str:
+            response = self.call(
+                "POST",
+                f"/v1/{kind}/{output}/whep",
+                self.creds.owner,
+                content=viewer_offer(),
+                headers={"Content-Type": "application/sdp"},
+            )
+            assert response.status_code == 201, response.text
+            return response.headers["location"]
+
+        return self._owned(f"{kind}-viewer", fresh, make)
 
     def cleanup(self) -> None:
         """End every session and stream but the cached ones."""
@@ -183,6 +212,21 @@ def upload_post(w: World, caller: str) -> Request:
     return "POST", "/v1/identities", upload_form(w.photo)
 
 
+def whep_post(kind: str, make: Callable[[World], str]) -> Build:
+    def build(w: World, caller: str) -> Request:
+        sdp = {"content": viewer_offer(), "headers": {"Content-Type": "application/sdp"}}
+        return "POST", f"/v1/{kind}/{make(w)}/whep", sdp
+
+    return build
+
+
+def whep_delete(kind: str) -> Build:
+    def build(w: World, caller: str) -> Request:
+        return "DELETE", w.viewer(kind, fresh=caller in SUCCEEDS), {}
+
+    return build
+
+
 def proxied_drain(w: World, caller: str) -> Request:
     return "POST", "/v1/server/drain", {"headers": {"X-Forwarded-For": "203.0.113.7"}}
 
@@ -211,6 +255,19 @@ CASES: dict[tuple[str, str], Case] = {
     ("GET", "/v1/streams"): Case(listing("streams", World.stream), 200, 200, check_list="streams"),
     ("GET", "/v1/streams/{stream_id}"): Case(item("GET", "/v1/streams/{}", World.stream), 200, 404),
     ("DELETE", "/v1/streams/{stream_id}"): Case(item("DELETE", "/v1/streams/{}", World.stream), 204, 404),
+    ("POST", "/v1/sessions/{session_id}/whep"): Case(whep_post("sessions", World.session), 201, 404),
+    ("GET", "/v1/sessions/{session_id}/whep"): Case(item("GET", "/v1/sessions/{}/whep", World.session), 200, 404),
+    ("DELETE", "/v1/sessions/{session_id}/whep/{viewer_id}"): Case(whep_delete("sessions"), 200, 404),
+    ("POST", "/v1/streams/{stream_id}/whep"): Case(whep_post("streams", World.stream), 201, 404),
+    ("GET", "/v1/streams/{stream_id}/whep"): Case(item("GET", "/v1/streams/{}/whep", World.stream), 200, 404),
+    ("DELETE", "/v1/streams/{stream_id}/whep/{viewer_id}"): Case(whep_delete("streams"), 200, 404),
+    ("GET", "/v1/sessions/{session_id}/audio"): Case(item("GET", "/v1/sessions/{}/audio", World.session), 200, 404),
+    ("PATCH", "/v1/sessions/{session_id}/audio"): Case(
+        item("PATCH", "/v1/sessions/{}/audio", World.session, json={"offset_ms": 20}), 200, 404
+    ),
+    ("GET", "/view/{session_id}"): Case(item("GET", "/view/{}", World.session), 200, 200),
+    # Only a failed stream restarts: the owner and admin hear that this one is not failed, others nothing.
+    ("POST", "/v1/streams/{stream_id}/restart"): Case(item("POST", "/v1/streams/{}/restart", World.stream), 409, 404),
     # Draining is for the host's own operator only: through a proxy every caller is refused.
     ("POST", "/v1/server/drain"): Case(proxied_drain, 403, 403),
     ("GET", "/v1/server/drain"): Case(plain("GET", "/v1/server/drain"), 200, 200),

@@ -5,6 +5,7 @@ import io
 import json
 import socket
 from collections.abc import Callable
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import cv2
@@ -248,8 +249,11 @@ def test_consent_is_shown_with_the_identity_and_every_trace_goes_with_its_deleti
             "attestation": "Ann Lee, my colleague: in writing",
             "photo_sha256": hashlib.sha256(tom_png).hexdigest(),
             "owner": "local",
-            "time": body["created"],
+            "time": consent["time"],
         }
+        assert abs(datetime.fromisoformat(consent["time"]) - datetime.fromisoformat(body["created"])) < timedelta(
+            seconds=5
+        )
         assert httpx.get(f"{base}/v1/identities/{identity}").json()["consent"] == consent
         listed = {i["id"]: i["consent"] for i in httpx.get(f"{base}/v1/identities").json()["identities"]}
         assert listed[identity] == consent and listed[kept]["statement"] == "self"

@@ -14,7 +14,9 @@ from app.errors import UserError
 
 @pytest.mark.slow
 def test_tiny_benchmark_measures_echo_and_our_server(model_root: Path) -> None:
-    config = ServerBenchConfig(seconds=1.0, warmup=0.5, sessions=(1,), resolutions=("480p",), engines=("passthrough",))
+    config = ServerBenchConfig(
+        seconds=1.0, warmup=0.5, sessions=(1,), resolutions=("480p",), engines=("passthrough",), face_lost=False
+    )
     result = run_server_bench(config, progress=False)
     json.dumps(result)  # JSON all the way down
     cells = {c["server"]: c for c in result["cells"]}
@@ -26,6 +28,8 @@ def test_tiny_benchmark_measures_echo_and_our_server(model_root: Path) -> None:
     assert cells["echo"]["server_dropped"] is None
     assert cells["passthrough"]["server_dropped"] is not None
     assert cells["passthrough"]["server_latency_p50_ms"] > 0
+    hops = cells["passthrough"]["server_hops_ms"]
+    assert {"queue", "detect", "paste", "output_wait", "encode", "total"} <= set(hops), hops
     (row,) = result["compared_to_echo"]
     p50 = cells["passthrough"]["latency_ms"]["p50"]
     assert row["added_p50_ms"] == pytest.approx(p50 - cells["echo"]["latency_ms"]["p50"], abs=0.11)

@@ -94,6 +94,11 @@ def test_swapped_frames_come_back_in_order_with_the_face_changed_and_the_stamp_i
     assert stats["frames_out"] >= 20
     assert set(stats["drops"]) <= {"superseded", "output_superseded"}
     assert stats["latency_ms"]["p50"] is not None
+    # Where the time went, hop by hop: decoded → queue → stages → output_wait → encode (total spans them).
+    hops = stats["hops_ms"]
+    assert {"queue", "convert_in", "detect", "track", "swap", "paste", "output_wait", "encode", "total"} <= set(hops)
+    assert hops["total"]["p50"] >= hops["encode"]["p50"] + hops["swap"]["p50"], hops
+    assert 'swapcast_hop_seconds_count{hop="encode",kind="session"}' in httpx.get(f"{server.base_url}/metrics").text
 
     session_url = f"{server.base_url}{response.headers['location']}"
     assert wait_until(lambda: httpx.get(session_url).status_code == 404, 15), "session outlived its client"

@@ -13,12 +13,10 @@ parsers the frame is complete. Measured over loopback at 640x480@30 this takes t
 latency from ~37 ms to ~4 ms; `aud_after_frame=False` turns it off.
 
 While no client plays the path, frames pushed are dropped at once, before any conversion, and the
-encoder is idle. A media answers a client's DESCRIBE only once its first frame is encoded, and
-FFmpeg probes ~20 frames before it returns from opening a stream and then decodes nothing before a
-keyframe; so a media starts from the last frame pushed (black if there was none), a client that
-starts playing gets keyframes at once and 0.5 s and 1 s later, and when no new frame has come for
-two frame intervals the last one is sent again at the announced rate, as a camera would. Clients
-connect promptly to a paused producer and their read timeouts do not fire while it pauses.
+encoder is idle. A media answers a client's DESCRIBE only once its first frame is encoded, so a media
+starts from the last frame pushed (black if there was none). When frames are sent again and which are
+keyframes is `pacing`'s business: timestamps follow the frames produced, and repeats come only while
+the producer pauses or a new client probes the stream.
 """
 
 from __future__ import annotations
@@ -34,16 +32,13 @@ import numpy.typing as npt
 
 from app.media.mailbox import Mailbox
 from app.media.rtsp_out.bindings import Bindings
+from app.media.rtsp_out.pacing import Pacing
 from app.pipeline.types import Image
 
 log = logging.getLogger(__name__)
 
 # Frames the appsrc may hold while the encoder is busy; older ones are dropped beyond that.
 APPSRC_MAX_BUFFERS = 2
-
-# After a client starts playing, the encoder is asked for keyframes this long after: at once for
-# clients that keep what they read while probing the stream, later for those that drop it.
-KEYFRAMES_AFTER_PLAY_S = (0.0, 0.5, 1.0)
 
 # How long a frame waits for a new media's pipeline to start playing before it is dropped.
 START_TIMEOUT_S = 2.0
@@ -125,7 +120,7 @@ class EncoderFeed:
         self._appsrc: Any = None
         self._encoder: Any = None
         self._watchers = 0  # clients playing the path
-        self._keyframes_due: list[float] = []
+        self._pacing = Pacing(fps)  # read and written with `_cond` held
         self._closed = False
         self._thread = threading.Thread(target=self._feed, name=f"rtsp-feed{path}", daemon=True)
         self._thread.start()
@@ -160,11 +155,10 @@ class EncoderFeed:
                 self._frames.discard()
             self._cond.notify()
 
-    def schedule_keyframes(self) -> None:
-        """A client started playing: ask for keyframes now and a little later."""
-        now = time.monotonic()
+    def client_started(self) -> None:
+        """A client started playing: keyframes where it needs them, gaps filled while it probes."""
         with self._cond:
-            self._keyframes_due = sorted(self._keyframes_due + [now + delay for delay in KEYFRAMES_AFTER_PLAY_S])
+            self._pacing.client_started()
             self._cond.notify()
 
     def attach(self, appsrc: Any, encoder: Any) -> bool:
@@ -173,6 +167,7 @@ class EncoderFeed:
             if self._closed:
                 return False
             self._appsrc, self._encoder = appsrc, encoder
+            self._pacing.stream_started()
             self._prime = True  # the media prepares (and the DESCRIBE returns) once a frame is encoded
             self._cond.notify()
             return True
@@ -207,14 +202,15 @@ class EncoderFeed:
             self._thread.join(timeout=timeout)
 
     # Feeder thread.
-    def _next_frame(self, repeat_at: float | None) -> tuple[Image | None, bool, Any] | None:
+    def _next_frame(self) -> tuple[Image | None, bool, Any] | None:
         """Wait for what to send next, or None once closed: (image, fresh, appsrc).
 
-        `image` is None to send the previous frame again (once `repeat_at` has passed); `fresh` is
-        True for a frame from `offer`, False for the last or a black one that starts a stream."""
+        `image` is None to send the previous frame again (when `pacing` says so); `fresh` is True
+        for a frame from `offer`, False for the last or a black one that starts a stream."""
         with self._cond:
             while not self._closed:
                 appsrc = self._appsrc
+                repeat_at = self._pacing.repeat_at()
                 if appsrc is None:
                     self._cond.wait()
                 elif (image := self._frames.take()) is not None:
@@ -246,33 +242,25 @@ class EncoderFeed:
                 self._cond.wait(0.005)
         return True
 
-    def _keyframe_due(self) -> bool:
-        now = time.monotonic()
-        with self._cond:
-            due = [t for t in self._keyframes_due if t <= now]
-            if due:
-                self._keyframes_due = self._keyframes_due[len(due) :]
-            return bool(due)
-
     def _feed(self) -> None:
-        interval = 1.0 / self.fps
         previous: bytes | None = None  # the last frame sent, as I420
-        repeat_at: float | None = None
-        while (item := self._next_frame(repeat_at)) is not None:
+        while (item := self._next_frame()) is not None:
             image, fresh, appsrc = item
             try:
                 if image is not None:
                     previous = self._to_i420(image).tobytes()
-                    repeat_at = time.monotonic() + 2 * interval
-                else:
-                    repeat_at = time.monotonic() + interval
                 if previous is None or not self._wait_playing(appsrc):
                     continue
-                if self._keyframe_due():
+                now = time.monotonic()
+                with self._cond:
+                    keyframe = self._pacing.keyframe_due(now)
+                if keyframe:
                     self.request_keyframe()
                 if appsrc.get_property("current-level-buffers") >= APPSRC_MAX_BUFFERS:
                     self._frames.count_drop("encoder_busy")  # the appsrc drops its oldest to make room
                 appsrc.emit("push-buffer", self._gst.Gst.Buffer.new_wrapped(previous))
+                with self._cond:
+                    self._pacing.sent(now, fresh=fresh, keyframe=keyframe)
                 if fresh:
                     self.frames_sent += 1
                 else:

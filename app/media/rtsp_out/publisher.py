@@ -129,7 +129,7 @@ class RtspPublisher:
 
     def client_started(self) -> None:
         """A client started playing: keyframes for it, and the media kept for the next one."""
-        self._feed.schedule_keyframes()
+        self._feed.client_started()
         with self._lock:
             media = self._media
         if media is not None:

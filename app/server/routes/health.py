@@ -35,7 +35,7 @@ async def metrics(state: StateDep, _: MetricsReader) -> Response:
 
 
 @router.get("/v1/server")
-async def server_info(state: StateDep, _: Authenticated) -> dict[str, Any]:
+async def server_info(state: StateDep, principal: Authenticated) -> dict[str, Any]:
     s = state.settings
     pipeline = state.pipeline
     return {
@@ -54,6 +54,18 @@ async def server_info(state: StateDep, _: Authenticated) -> dict[str, Any]:
             "max_streams": s.max_streams,
             "max_upload_bytes": s.max_upload_bytes,
             "max_image_pixels": s.max_image_pixels,
+            "max_identities": s.max_identities,
+            "max_identity_bytes": s.max_identity_bytes,
+            "max_sessions_per_principal": s.max_sessions_per_principal,
+            "max_streams_per_principal": s.max_streams_per_principal,
+            "rates": {"uploads": s.rate_uploads, "sessions": s.rate_sessions, "streams": s.rate_streams},
+            "max_remote_candidates": s.max_remote_candidates,
+            "ice_timeout_s": s.ice_timeout_s,
+        },
+        # The ids only to admin: whose a damaged identity was may not be readable, and ids are not for probing.
+        "identities": {
+            "damaged": len(state.damaged),
+            "damaged_ids": sorted(state.damaged) if principal.is_admin else [],
         },
         "sessions": len(state.sessions) if state.sessions is not None else 0,
         "streams": len(state.streams) if state.streams is not None else 0,

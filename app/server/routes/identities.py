@@ -2,6 +2,7 @@
 
 import asyncio
 import re
+import threading
 from dataclasses import asdict
 from pathlib import PurePath
 from typing import Annotated
@@ -11,7 +12,7 @@ from pydantic import BaseModel
 from starlette.datastructures import UploadFile
 from starlette.formparsers import MultiPartException, MultiPartParser
 
-from app.auth.guard import AccessDep, IdentitiesRead, IdentitiesWrite
+from app.auth.guard import AccessDep, IdentitiesRead, IdentitiesWrite, client_address
 from app.auth.principal import Principal
 from app.identity.consent import Consent, ConsentStatement
 from app.identity.enrol import enrol
@@ -24,6 +25,9 @@ router = APIRouter(prefix="/v1/identities", tags=["identities"])
 
 MULTIPART_OVERHEAD = 64 * 1024
 MAX_NAME = 100
+MAX_FACE_INDEX = 999  # far above the detector's 64 faces per image; longer input is not echoed back
+
+_quota_lock = threading.Lock()
 
 IdentityId = Annotated[str, Path(min_length=1, max_length=64)]
 
@@ -75,13 +79,12 @@ def _clean_name(raw: str | None, filename: str | None) -> str:
 def _parse_face_index(raw: str | None) -> int | None:
     if raw is None or raw.strip() == "":
         return None
-    try:
-        value = int(raw.strip())
-    except ValueError:
-        raise HTTPException(422, f"face_index must be a whole number, got {raw[:20]!r}") from None
-    if value < 0:
-        raise HTTPException(422, "face_index must not be negative")
-    return value
+    text = raw.strip()
+    if not text.isascii() or not text.isdigit():
+        raise HTTPException(422, f"face_index must be a whole number from 0 to {MAX_FACE_INDEX}, got {text[:20]!r}")
+    if len(text) > len(str(MAX_FACE_INDEX)) or int(text) > MAX_FACE_INDEX:
+        raise HTTPException(422, f"face_index must be at most {MAX_FACE_INDEX}")
+    return int(text)
 
 
 @router.post("", status_code=201, response_model=IdentityOut)
@@ -91,6 +94,11 @@ async def create_identity(
     """Multipart form: `image` (JPEG, PNG or WebP), `consent` (`self`: the photo shows you, or `obtained`: it
     shows someone who agreed, with `attestation` saying who and how), optional `face_index`, optional `name`."""
     settings = state.settings
+    state.rate_limiter.hit("uploads", principal.id, client_address(request))
+    owner = principal.id
+    loop = asyncio.get_running_loop()
+    usage_of = state.identity_usage
+    await loop.run_in_executor(state.control_executor, lambda: state.identity_quota.check(usage_of(owner)))
     if media_type(request) != "multipart/form-data":
         raise HTTPException(415, "send multipart/form-data with an `image` field")
     parser = MultiPartParser(
@@ -130,27 +138,31 @@ async def create_identity(
     if sniff_format(data) is None:
         raise HTTPException(415, "unsupported image type: send a JPEG, PNG or WebP file")
 
-    loop = asyncio.get_running_loop()
     enrolment = await loop.run_in_executor(
         state.control_executor, enrol, pipeline, data, settings.max_image_pixels, face_index
     )
-    identity = await loop.run_in_executor(
-        state.control_executor,
-        lambda: state.store.create(
-            name=name,
-            photo=data,
-            format=enrolment.info.format,
-            width=enrolment.info.width,
-            height=enrolment.info.height,
-            faces=enrolment.faces,
-            face_index=face_index,
-            thumbnail=enrolment.thumbnail,
-            prepared=enrolment.prepared,
-            owner=principal.id,
-            consent=consent,
-        ),
-    )
     prepared = enrolment.prepared
+    adding = len(enrolment.stored) + len(enrolment.thumbnail) + prepared.nbytes
+
+    def checked_create() -> Identity:
+        given = Consent.record(consent, upload=data, owner=owner)
+        with _quota_lock:  # check and create as one step, so parallel uploads cannot overshoot the quota
+            state.identity_quota.check(usage_of(owner), adding)
+            return state.store.create(
+                name=name,
+                photo=enrolment.stored,
+                format="png",
+                width=enrolment.info.width,
+                height=enrolment.info.height,
+                faces=enrolment.faces,
+                face_index=face_index,
+                thumbnail=enrolment.thumbnail,
+                prepared=prepared,
+                owner=owner,
+                consent=given,
+            )
+
+    identity = await loop.run_in_executor(state.control_executor, checked_create)
     state.cache.put(identity.id, prepared.model_key, prepared)
     access.audit.event(
         "identity_created",
@@ -170,20 +182,31 @@ async def list_identities(state: StateDep, store: StoreDep, principal: Identitie
     loop = asyncio.get_running_loop()
     found = await loop.run_in_executor(state.control_executor, store.list)
     key = _model_key(state)
-    return IdentityList(identities=[IdentityOut.of(i, key) for i in found if principal.can_see(i.owner)])
+    visible = [i for i in found if principal.can_see(i.owner) and i.id not in state.damaged]
+    return IdentityList(identities=[IdentityOut.of(i, key) for i in visible])
 
 
-async def _get(state: StateDep, identity_id: str, principal: Principal) -> Identity:
-    """The identity if this principal may see it; another owner's answers 404 like a missing one."""
+async def _visible(state: StateDep, identity_id: str, principal: Principal) -> Identity | None:
+    """The identity if this principal may see it; another owner's answers 404 like a missing one. None: damaged so
+    that its owner cannot be read, which only admin hears of (everyone else gets 404)."""
     loop = asyncio.get_running_loop()
     try:
         identity = await loop.run_in_executor(state.control_executor, state.store.get, identity_id)
     except IdentityUnreadable:
         if not principal.is_admin:  # damaged on disk: whose it was cannot be read, so only admin hears of it
             raise IdentityNotFound(identity_id) from None
-        raise
+        return None
     if not principal.can_see(identity.owner):
         raise IdentityNotFound(identity_id)
+    return identity
+
+
+async def _get(state: StateDep, identity_id: str, principal: Principal) -> Identity:
+    """A visible identity that is usable; a damaged one answers 409 with the reason."""
+    identity = await _visible(state, identity_id, principal)
+    state.check_usable(identity_id)
+    if identity is None:  # damaged after the audit: the store's reason
+        return await asyncio.get_running_loop().run_in_executor(state.control_executor, state.store.get, identity_id)
     return identity
 
 
@@ -208,20 +231,21 @@ async def delete_identity(
     access: AccessDep,
     revocation: RevocationDep,
 ) -> Response:
-    """Deletes the identity (photo, thumbnail, preparations, cached entries) and ends every live session and
-    stream showing it before answering."""
-    identity = await _get(state, identity_id, principal)
+    """Deletes the identity (damaged ones too: photo, thumbnail, preparations, cached entries) and ends every live
+    session and stream showing it before answering."""
+    identity = await _visible(state, identity_id, principal)
     loop = asyncio.get_running_loop()
     try:
         await loop.run_in_executor(state.control_executor, state.store.delete, identity_id)
     finally:
         state.cache.invalidate(identity_id)
+        state.forget_damaged(identity_id)
     await revocation.identity_deleted(identity_id)
     access.audit.event(
         "identity_deleted",
         identity=identity_id,
         by=principal.id,
-        owner=identity.owner,
-        photo_sha256=identity.consent.photo_sha256 if identity.consent else None,
+        owner=identity.owner if identity else None,
+        photo_sha256=identity.consent.photo_sha256 if identity and identity.consent else None,
     )
     return Response(status_code=204)

@@ -5,7 +5,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, HTTPException, Path, Query, Request, Response
 from pydantic import BaseModel, Field
 
-from app.auth.guard import AccessDep, SessionsUser
+from app.auth.guard import AccessDep, SessionsUser, client_address
 from app.identity.store import IdentityNotFound
 from app.media.advertise import advertise_host_candidates
 from app.server.deps import RevocationDep, SessionsDep, StateDep
@@ -34,6 +34,7 @@ async def create_session(
     """Body: the client's SDP offer (`Content-Type: application/sdp`, ICE gathering complete). `label=true`
     puts the visible "AI-generated" label on the output (the settings' default otherwise)."""
     settings = state.settings
+    state.rate_limiter.hit("sessions", principal.id, client_address(request))
     if media_type(request) != "application/sdp":
         raise HTTPException(415, "send the offer as application/sdp")
     body = await read_capped(request, settings.sdp_max_bytes)
@@ -46,7 +47,7 @@ async def create_session(
     if "\x00" in offer:
         raise HTTPException(400, "the offer contains NUL characters")
     source = await owned_source(state, principal, identity)
-    session, answer = await sessions.open(offer, identity, source, owner=principal.id, label=label)
+    session, answer = await sessions.open(offer, identity, source, principal.id, label=label)
     revocation.session_started(session, principal)
     if not state.store.exists(identity):  # deleted while this session was negotiated
         await session.close("identity deleted")

@@ -1,14 +1,16 @@
 """RTSP ingest streams: pull an RTSP camera (or, when allowed, a local file), publish the swapped video."""
 
+import asyncio
 from pathlib import Path as FilePath
 from typing import Annotated, Any
 from urllib.parse import urlsplit
 
-from fastapi import APIRouter, HTTPException, Path, Response
+from fastapi import APIRouter, HTTPException, Path, Request, Response
 from pydantic import BaseModel, Field
 
-from app.auth.guard import AccessDep, StreamsUser
+from app.auth.guard import AccessDep, StreamsUser, client_address
 from app.server.deps import RevocationDep, StateDep, StreamsDep
+from app.server.ingest_policy import CheckedSource, refuse_redirects
 from app.server.owned import owned_source, owned_stream
 from app.server.settings import ServerSettings
 
@@ -54,19 +56,50 @@ def check_source(url: str, settings: ServerSettings) -> str:
 @router.post("", status_code=201)
 async def create_stream(
     request: StreamRequest,
+    http: Request,
     principal: StreamsUser,
     state: StateDep,
     streams: StreamsDep,
     revocation: RevocationDep,
     response: Response,
 ) -> dict[str, Any]:
+    state.rate_limiter.hit("streams", principal.id, client_address(http))
     source_url = check_source(request.source_url, state.settings)
     streams.check_available()
-    source = await owned_source(state, principal, request.identity)
-    stream = await streams.open(source_url, request.identity, source, owner=principal.id, label=request.label)
+    source = await owned_source(state, principal, request.identity)  # before probing anything for the request
+    checked = await _checked(state, source_url)
+    stream = await streams.open(
+        checked.connect_url,
+        request.identity,
+        source,
+        display_url=checked.display_url,
+        owner=principal.id,
+        requested_url=source_url,
+        label=request.label,
+    )
     revocation.stream_started(stream, principal)
     response.headers["Location"] = f"/v1/streams/{stream.id}"
     return stream.stats()
+
+
+async def _checked(state: StateDep, source_url: str) -> CheckedSource:
+    """Live sources through the host policy (resolved once, off the event loop); local files as they are."""
+    if "://" not in source_url:
+        return CheckedSource(source_url, source_url, "")
+    loop = asyncio.get_running_loop()
+    checked = await loop.run_in_executor(state.control_executor, state.ingest_policy.check, source_url)
+    await loop.run_in_executor(state.control_executor, refuse_redirects, checked)
+    return checked
+
+
+@router.post("/{stream_id}/restart")
+async def restart_stream(
+    stream_id: StreamId, principal: StreamsUser, state: StateDep, streams: StreamsDep, access: AccessDep
+) -> dict[str, Any]:
+    """Start a failed stream again, its source checked against the host policy again (its owner or admin only)."""
+    stream = owned_stream(streams, stream_id, principal, access)
+    checked = await _checked(state, stream.requested_url)
+    return (await streams.restart(stream_id, checked.connect_url)).stats()
 
 
 @router.get("")

@@ -1,0 +1,292 @@
+"""WHEP viewers: any number of WebRTC viewers pull one swapped output, encoded once.
+
+A `ViewerHub` belongs to one output (a session or a stream). Frames are offered from any thread; only the
+newest waits (a `Mailbox`), and one encoder thread turns it into H.264 with libx264 (ultrafast,
+zerolatency, baseline, no B-frames) only while someone watches. Each encoded frame goes to every viewer's
+`EncodedVideoTrack` as an `av.Packet`, which aiortc's sender packetizes without encoding again
+(`RTCRtpSender` hands packets to the codec's `pack`): one encode however many viewers, instead of one
+aiortc encoder per viewer.
+
+A viewer that falls behind (its queue is full) drops what it holds and waits for the next keyframe, which
+it asks for; a new viewer asks for one too, and there is one at least every `KEYFRAME_INTERVAL_S` so
+packet loss heals without a PLI (aiortc does not pass PLIs on for packets it did not encode).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import secrets
+import threading
+import time
+from collections.abc import Callable
+from fractions import Fraction
+
+import av
+import numpy as np
+from aiortc import RTCConfiguration, RTCIceServer, RTCPeerConnection, RTCRtpSender, RTCSessionDescription
+from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
+from av.video.codeccontext import VideoCodecContext
+
+from app.media.mailbox import Mailbox
+from app.pipeline.types import Image
+
+log = logging.getLogger(__name__)
+
+VIDEO_TIME_BASE = Fraction(1, 90000)
+KEYFRAME_INTERVAL_S = 2.0
+# Encoded frames a viewer may hold before it counts as behind (~0.25 s at 30 fps).
+VIEWER_QUEUE_FRAMES = 8
+PC_CLOSE_TIMEOUT_S = 5.0
+# A viewer whose connection is not up by then is let go (it answered but never connected).
+CONNECT_TIMEOUT_S = 20.0
+
+
+class ViewerOfferError(Exception):
+    """The viewer's SDP offer cannot be served; the message says why (answered with 400)."""
+
+
+def bitrate_bps(width: int, height: int) -> int:
+    """About 0.1 bit per pixel at 30 fps, as the RTSP output (~0.9 Mbit/s at 640x480)."""
+    return max(300_000, round(width * height * 30 * 0.1))
+
+
+class EncodedVideoTrack(MediaStreamTrack):
+    """One viewer's video: the hub's encoded frames, in order, from a keyframe on."""
+
+    kind = "video"
+
+    def __init__(self, request_keyframe: Callable[[], None]) -> None:
+        super().__init__()
+        self._request_keyframe = request_keyframe
+        self._queue: asyncio.Queue[av.Packet] = asyncio.Queue()
+        self._synced = False  # a keyframe was queued since the last gap
+        self.packets_sent = 0
+        self.packets_dropped = 0
+
+    def deliver(self, packet: av.Packet, keyframe: bool) -> None:
+        """On the event loop: queue `packet`, or drop it until the next keyframe when behind."""
+        if self.readyState != "live":
+            return
+        if keyframe:
+            self._synced = True
+        if not self._synced:
+            self.packets_dropped += 1
+            return
+        if self._queue.qsize() >= VIEWER_QUEUE_FRAMES:
+            self.packets_dropped += self._queue.qsize() + 1
+            while not self._queue.empty():
+                self._queue.get_nowait()
+            self._synced = False
+            self._request_keyframe()
+            return
+        self._queue.put_nowait(packet)
+
+    async def recv(self) -> av.Packet:  # aiortc senders accept packets as well as frames
+        if self.readyState != "live":
+            raise MediaStreamError
+        packet = await self._queue.get()
+        if self.readyState != "live":
+            raise MediaStreamError
+        self.packets_sent += 1
+        return packet
+
+    def stop(self) -> None:
+        super().stop()
+        with contextlib.suppress(asyncio.QueueFull):
+            self._queue.put_nowait(av.Packet(b""))  # wakes a pending recv, which then sees the track ended
+
+
+class Viewer:
+    """One WHEP viewer: its peer connection and its track."""
+
+    def __init__(self, hub: ViewerHub, ice_servers: tuple[str, ...]) -> None:
+        self.id = secrets.token_hex(16)
+        self.hub = hub
+        self.track = EncodedVideoTrack(hub.request_keyframe)
+        self.pc = RTCPeerConnection(RTCConfiguration(iceServers=[RTCIceServer(url) for url in ice_servers]))
+        self.created = time.monotonic()
+        self._closing: asyncio.Task[None] | None = None
+
+    async def negotiate(self, offer: str) -> str:
+        transceiver = self.pc.addTransceiver(self.track, direction="sendonly")
+        h264 = [c for c in RTCRtpSender.getCapabilities("video").codecs if c.mimeType.lower() == "video/h264"]
+        transceiver.setCodecPreferences(h264)  # the shared encode is H.264; before the offer, so it counts
+        try:
+            await self.pc.setRemoteDescription(RTCSessionDescription(sdp=offer, type="offer"))
+        except Exception as exc:  # aiortc raises assorted errors for offers it cannot use
+            raise ViewerOfferError(f"unusable offer: {exc}") from None
+        if len(self.pc.getTransceivers()) != 1:
+            raise ViewerOfferError("the offer must have exactly one media section: video, receive only")
+        try:
+            await self.pc.setLocalDescription(await self.pc.createAnswer())
+        except Exception as exc:  # e.g. no codec in common
+            raise ViewerOfferError(f"cannot answer this offer (viewers must accept H.264): {exc}") from None
+        answer: str = self.pc.localDescription.sdp
+        if "H264/90000" not in answer:
+            raise ViewerOfferError("viewers must accept H.264")
+
+        @self.pc.on("connectionstatechange")
+        async def on_state() -> None:
+            if self.pc.connectionState in ("failed", "closed"):
+                self.request_close()
+
+        asyncio.get_running_loop().call_later(CONNECT_TIMEOUT_S, self._connect_deadline)
+        return answer
+
+    def _connect_deadline(self) -> None:
+        if self.pc.connectionState != "connected":
+            self.request_close()
+
+    def request_close(self) -> asyncio.Task[None]:
+        if self._closing is None:
+            self._closing = asyncio.get_running_loop().create_task(self._close())
+        return self._closing
+
+    async def _close(self) -> None:
+        self.hub.remove(self)
+        self.track.stop()
+        try:
+            await asyncio.wait_for(self.pc.close(), PC_CLOSE_TIMEOUT_S)
+        except Exception:  # closing must always finish; the error is only logged
+            log.exception("viewer %s: peer connection did not close cleanly", self.id)
+
+    def stats(self) -> dict[str, object]:
+        return {
+            "id": self.id,
+            "connection": self.pc.connectionState,
+            "frames_sent": self.track.packets_sent,
+            "frames_dropped": self.track.packets_dropped,
+        }
+
+
+class ViewerHub:
+    """The viewers of one output and the one encoder they share. `offer` is thread-safe and cheap."""
+
+    def __init__(self, name: str, loop: asyncio.AbstractEventLoop, ice_servers: tuple[str, ...] = ()) -> None:
+        self.name = name
+        self.frames_encoded = 0
+        self.errors = 0
+        self._loop = loop
+        self._ice_servers = ice_servers
+        self._viewers: dict[str, Viewer] = {}
+        self._cond = threading.Condition()
+        self._frames: Mailbox[Image] = Mailbox(cond=self._cond)
+        self._keyframe = True
+        self._watching = False
+        self._closed = False
+        self._thread = threading.Thread(target=self._encode_loop, name=f"whep-{name}", daemon=True)
+        self._thread.start()
+
+    @property
+    def dropped(self) -> int:
+        return self._frames.dropped
+
+    def viewers(self) -> list[Viewer]:
+        return list(self._viewers.values())
+
+    def get(self, viewer_id: str) -> Viewer | None:
+        return self._viewers.get(viewer_id)
+
+    def offer(self, image: Image) -> None:
+        """The newest output frame; dropped at once while nobody watches."""
+        if self._watching:
+            self._frames.put(image)
+
+    def request_keyframe(self) -> None:
+        with self._cond:
+            self._keyframe = True
+
+    async def add_viewer(self, offer: str) -> tuple[Viewer, str]:
+        """Negotiate a new viewer; returns it with the SDP answer."""
+        if self._closed:
+            raise ViewerOfferError(f"{self.name} has ended")
+        viewer = Viewer(self, self._ice_servers)
+        try:
+            answer = await viewer.negotiate(offer)
+        except BaseException:
+            await viewer.request_close()
+            raise
+        self._viewers[viewer.id] = viewer
+        with self._cond:
+            self._watching = True
+            self._keyframe = True
+        return viewer, answer
+
+    def remove(self, viewer: Viewer) -> None:
+        self._viewers.pop(viewer.id, None)
+        if not self._viewers:
+            with self._cond:
+                self._watching = False
+                self._frames.discard()
+
+    async def close(self) -> None:
+        """End every viewer and the encoder thread."""
+        with self._cond:
+            self._closed = True
+            self._watching = False
+            self._frames.discard()
+            self._cond.notify_all()
+        await asyncio.gather(*(v.request_close() for v in list(self._viewers.values())), return_exceptions=True)
+        await asyncio.get_running_loop().run_in_executor(None, self._thread.join, 5.0)
+
+    # Encoder thread.
+    def _next(self) -> tuple[Image, bool] | None:
+        with self._cond:
+            while not self._closed:
+                image = self._frames.take()
+                if image is not None:
+                    keyframe, self._keyframe = self._keyframe, False
+                    return image, keyframe
+                self._cond.wait()
+            return None
+
+    def _encode_loop(self) -> None:
+        codec: VideoCodecContext | None = None
+        size = (0, 0)
+        started = time.monotonic()
+        last_keyframe = 0.0
+        while (item := self._next()) is not None:
+            image, keyframe = item
+            try:
+                height, width = image.shape[:2]
+                even = (width - width % 2, height - height % 2)
+                if codec is None or size != even:
+                    codec, size = self._open_codec(*even), even
+                    keyframe = True
+                frame = av.VideoFrame.from_ndarray(np.ascontiguousarray(image[: size[1], : size[0]]), format="bgr24")
+                now = time.monotonic()
+                keyframe = keyframe or now - last_keyframe >= KEYFRAME_INTERVAL_S
+                frame.pict_type = av.video.frame.PictureType.I if keyframe else av.video.frame.PictureType.NONE
+                frame.pts = int((now - started) / VIDEO_TIME_BASE)
+                frame.time_base = VIDEO_TIME_BASE
+                for packet in codec.encode(frame.reformat(format="yuv420p")):
+                    packet.time_base = VIDEO_TIME_BASE
+                    key = bool(packet.is_keyframe)
+                    if key:
+                        last_keyframe = now
+                    self.frames_encoded += 1
+                    self._loop.call_soon_threadsafe(self._deliver, packet, key)
+            except Exception:
+                self.errors += 1
+                if self.errors == 1:
+                    log.exception("viewers of %s: encoding failed (counted from now on)", self.name)
+                codec = None
+
+    @staticmethod
+    def _open_codec(width: int, height: int) -> VideoCodecContext:
+        codec = av.CodecContext.create("libx264", "w")
+        assert isinstance(codec, VideoCodecContext)
+        codec.width, codec.height = width, height
+        codec.pix_fmt = "yuv420p"
+        codec.time_base = VIDEO_TIME_BASE
+        codec.framerate = Fraction(30, 1)
+        codec.bit_rate = bitrate_bps(width, height)
+        codec.options = {"preset": "ultrafast", "tune": "zerolatency", "profile": "baseline"}
+        codec.open()
+        return codec
+
+    def _deliver(self, packet: av.Packet, keyframe: bool) -> None:
+        for viewer in list(self._viewers.values()):
+            viewer.track.deliver(packet, keyframe)

@@ -1,0 +1,119 @@
+"""WHEP: a viewer POSTs an SDP offer (receive only) and pulls a session's or a stream's swapped output over
+WebRTC.
+
+201 with the SDP answer and `Location` (the viewer's resource); `DELETE` there stops it; `GET` on the
+endpoint lists the viewers. Every viewer of an output shares one encode (`app.media.whep`). Access is the
+output's own: the `sessions` or `streams` scope, and only the owner's outputs (admin: all), so a viewer token
+for OBS is a key of the session's owner (`swapcast keys create obs --scope sessions`)."""
+
+from typing import Annotated
+
+from fastapi import APIRouter, HTTPException, Path, Request, Response
+
+from app.auth.guard import AccessDep, SessionsUser, StreamsUser
+from app.server.deps import SessionsDep, StateDep, StreamsDep
+from app.server.limits import media_type, read_capped
+from app.server.owned import owned_session, owned_stream
+from app.server.state import ServerState
+
+router = APIRouter(tags=["whep"])
+
+OutputId = Annotated[str, Path(min_length=1, max_length=64)]
+ViewerId = Annotated[str, Path(min_length=1, max_length=64)]
+
+
+async def read_offer(request: Request, state: ServerState) -> str:
+    if media_type(request) != "application/sdp":
+        raise HTTPException(415, "send the offer as application/sdp")
+    body = await read_capped(request, state.settings.sdp_max_bytes)
+    try:
+        offer = body.decode("utf-8")
+    except UnicodeDecodeError:
+        raise HTTPException(400, "the offer is not UTF-8 text") from None
+    if not offer.startswith("v=0") or "\x00" in offer:
+        raise HTTPException(400, "not an SDP offer: it must start with v=0")
+    return offer
+
+
+def listing(state: ServerState, key: str) -> dict[str, object]:
+    hub = state.viewers.hub(key)
+    return {
+        "viewers": [v.stats() for v in hub.viewers()] if hub is not None else [],
+        "frames_encoded": hub.frames_encoded if hub is not None else 0,
+    }
+
+
+@router.post("/v1/sessions/{session_id}/whep", status_code=201)
+async def view_session(
+    session_id: OutputId,
+    request: Request,
+    principal: SessionsUser,
+    access: AccessDep,
+    state: StateDep,
+    sessions: SessionsDep,
+) -> Response:
+    """Body: the viewer's SDP offer (`Content-Type: application/sdp`, ICE gathering complete, H.264)."""
+    session = owned_session(sessions, session_id, principal, access)
+    offer = await read_offer(request, state)
+    viewer, answer = await state.viewers.add(f"session/{session.id}", offer, session.output_listeners, session.closed)
+    location = f"/v1/sessions/{session.id}/whep/{viewer.id}"
+    return Response(answer, status_code=201, media_type="application/sdp", headers={"Location": location})
+
+
+@router.get("/v1/sessions/{session_id}/whep")
+async def session_viewers(
+    session_id: OutputId, principal: SessionsUser, access: AccessDep, state: StateDep, sessions: SessionsDep
+) -> dict[str, object]:
+    return listing(state, f"session/{owned_session(sessions, session_id, principal, access).id}")
+
+
+@router.delete("/v1/sessions/{session_id}/whep/{viewer_id}")
+async def stop_session_viewer(
+    session_id: OutputId,
+    viewer_id: ViewerId,
+    principal: SessionsUser,
+    access: AccessDep,
+    state: StateDep,
+    sessions: SessionsDep,
+) -> Response:
+    session = owned_session(sessions, session_id, principal, access)
+    await state.viewers.get(f"session/{session.id}", viewer_id).request_close()
+    return Response(status_code=200)
+
+
+@router.post("/v1/streams/{stream_id}/whep", status_code=201)
+async def view_stream(
+    stream_id: OutputId,
+    request: Request,
+    principal: StreamsUser,
+    access: AccessDep,
+    state: StateDep,
+    streams: StreamsDep,
+) -> Response:
+    """Body: the viewer's SDP offer, as for sessions."""
+    stream = owned_stream(streams, stream_id, principal, access)
+    offer = await read_offer(request, state)
+    viewer, answer = await state.viewers.add(f"stream/{stream.id}", offer, stream.output_listeners, stream.ended)
+    location = f"/v1/streams/{stream.id}/whep/{viewer.id}"
+    return Response(answer, status_code=201, media_type="application/sdp", headers={"Location": location})
+
+
+@router.get("/v1/streams/{stream_id}/whep")
+async def stream_viewers(
+    stream_id: OutputId, principal: StreamsUser, access: AccessDep, state: StateDep, streams: StreamsDep
+) -> dict[str, object]:
+    return listing(state, f"stream/{owned_stream(streams, stream_id, principal, access).id}")
+
+
+@router.delete("/v1/streams/{stream_id}/whep/{viewer_id}")
+async def stop_stream_viewer(
+    stream_id: OutputId,
+    viewer_id: ViewerId,
+    principal: StreamsUser,
+    access: AccessDep,
+    state: StateDep,
+    streams: StreamsDep,
+) -> Response:
+    stream = owned_stream(streams, stream_id, principal, access)
+    await state.viewers.get(f"stream/{stream.id}", viewer_id).request_close()
+    return Response(status_code=200)

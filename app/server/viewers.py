@@ -1,0 +1,66 @@
+"""WHEP viewers of the server's sessions and streams: one `ViewerHub` per watched output, made at its first
+viewer, fed by the output's listeners and closed when the output ends."""
+
+import asyncio
+import logging
+from collections.abc import Callable
+
+from app.media.whep import Viewer, ViewerHub
+from app.pipeline.types import Image
+
+log = logging.getLogger(__name__)
+
+
+class ViewerNotFound(LookupError):
+    def __init__(self, viewer_id: str) -> None:
+        super().__init__(f"viewer {viewer_id} not found")
+
+
+class Viewers:
+    """Hubs by output key (`session/ID`, `stream/ID`)."""
+
+    def __init__(self, ice_servers: tuple[str, ...] = ()) -> None:
+        self._ice_servers = ice_servers
+        self._hubs: dict[str, ViewerHub] = {}
+        self._watchers: set[asyncio.Task[None]] = set()
+
+    def hub(self, key: str) -> ViewerHub | None:
+        return self._hubs.get(key)
+
+    async def add(
+        self, key: str, offer: str, listeners: list[Callable[[Image], None]], ended: asyncio.Event
+    ) -> tuple[Viewer, str]:
+        """A new viewer of the output `key`, whose frames go to `listeners` and which ends with `ended`."""
+        hub = self._hubs.get(key)
+        if hub is None:
+            loop = asyncio.get_running_loop()
+            hub = self._hubs[key] = ViewerHub(key, loop, self._ice_servers)
+            listeners.append(hub.offer)
+            task = loop.create_task(self._close_with(key, hub, listeners, ended))
+            task.set_name(f"viewers-{key}")
+            self._watchers.add(task)
+            task.add_done_callback(self._watchers.discard)
+        return await hub.add_viewer(offer)
+
+    def get(self, key: str, viewer_id: str) -> Viewer:
+        hub = self._hubs.get(key)
+        viewer = hub.get(viewer_id) if hub is not None else None
+        if viewer is None:
+            raise ViewerNotFound(viewer_id)
+        return viewer
+
+    async def _close_with(
+        self, key: str, hub: ViewerHub, listeners: list[Callable[[Image], None]], ended: asyncio.Event
+    ) -> None:
+        try:
+            await ended.wait()
+        finally:
+            self._hubs.pop(key, None)
+            if hub.offer in listeners:
+                listeners.remove(hub.offer)
+            await hub.close()
+
+    async def close_all(self) -> None:
+        for task in list(self._watchers):
+            task.cancel()
+        await asyncio.gather(*self._watchers, return_exceptions=True)

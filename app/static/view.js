@@ -1,0 +1,116 @@
+// The viewer page for OBS's Browser Source: pulls one session's swapped video over WHEP, full window,
+// no controls, transparent around the video, and reconnects on its own (the session restarting, the
+// network dropping, the server restarting). `?token=...` is sent as a bearer token.
+"use strict";
+
+(() => {
+  const video = document.getElementById("video");
+  const sessionId = decodeURIComponent(location.pathname.split("/").filter(Boolean).pop() || "");
+  const token = new URLSearchParams(location.search).get("token");
+  const endpoint = `/v1/sessions/${encodeURIComponent(sessionId)}/whep`;
+  const STALL_MS = 3000; // no new frame for this long: connect again
+  const RETRY_MS = [500, 1000, 2000, 4000];
+
+  const status = (window.swapcastViewer = {
+    state: "starting",
+    error: null,
+    connects: 0,
+    framesDecoded: 0,
+    resource: null,
+  });
+
+  let pc = null;
+  let failures = 0;
+  let lastFrameAt = 0;
+  let lastFrames = 0;
+
+  function headers(extra) {
+    const h = Object.assign({}, extra);
+    if (token) h.Authorization = `Bearer ${token}`;
+    return h;
+  }
+
+  function gathered(peer) {
+    if (peer.iceGatheringState === "complete") return Promise.resolve();
+    return new Promise((resolve) => {
+      const done = () => peer.iceGatheringState === "complete" && resolve();
+      peer.addEventListener("icegatheringstatechange", done);
+      setTimeout(resolve, 2000); // what was gathered by then is enough on a LAN
+    });
+  }
+
+  function release() {
+    const old = pc;
+    const resource = status.resource;
+    pc = null;
+    status.resource = null;
+    if (old) old.close();
+    if (resource) fetch(resource, { method: "DELETE", headers: headers(), keepalive: true }).catch(() => {});
+  }
+
+  async function connect() {
+    release();
+    status.state = "connecting";
+    const peer = (pc = new RTCPeerConnection());
+    peer.addTransceiver("video", { direction: "recvonly" });
+    peer.ontrack = (event) => {
+      video.srcObject = event.streams[0] || new MediaStream([event.track]);
+      video.play().catch(() => {});
+    };
+    peer.onconnectionstatechange = () => {
+      if (peer !== pc) return;
+      if (peer.connectionState === "connected") status.state = "live";
+      if (peer.connectionState === "failed" || peer.connectionState === "closed") retry("connection " + peer.connectionState);
+    };
+    await peer.setLocalDescription(await peer.createOffer());
+    await gathered(peer);
+    const response = await fetch(endpoint, {
+      method: "POST",
+      headers: headers({ "Content-Type": "application/sdp" }),
+      body: peer.localDescription.sdp,
+    });
+    if (response.status !== 201) throw new Error(`${response.status} ${await response.text()}`);
+    if (peer !== pc) return;
+    status.resource = new URL(response.headers.get("Location"), location.href).href;
+    await peer.setRemoteDescription({ type: "answer", sdp: await response.text() });
+    status.connects += 1;
+    failures = 0;
+    lastFrameAt = performance.now();
+  }
+
+  let retrying = null;
+  function retry(reason) {
+    status.error = reason;
+    status.state = "waiting";
+    if (retrying) return;
+    const delay = RETRY_MS[Math.min(failures, RETRY_MS.length - 1)];
+    failures += 1;
+    retrying = setTimeout(() => {
+      retrying = null;
+      connect().catch((err) => retry(String(err)));
+    }, delay);
+  }
+
+  // Frames decoded, from the receiver's stats: a stall means the session or the network went away.
+  setInterval(async () => {
+    const peer = pc;
+    if (!peer || retrying) return;
+    let frames = 0;
+    (await peer.getStats()).forEach((s) => {
+      if (s.type === "inbound-rtp" && s.kind === "video") frames = s.framesDecoded || 0;
+    });
+    if (peer !== pc) return;
+    status.framesDecoded = frames;
+    const now = performance.now();
+    if (frames !== lastFrames) {
+      lastFrames = frames;
+      lastFrameAt = now;
+    } else if (now - lastFrameAt > STALL_MS) {
+      lastFrames = 0;
+      retry("no frames for " + STALL_MS / 1000 + " s");
+    }
+  }, 500);
+
+  window.addEventListener("pagehide", release);
+  connect().catch((err) => retry(String(err)));
+})();

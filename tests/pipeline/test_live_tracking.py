@@ -1,0 +1,83 @@
+"""Live streams detect in the background: no frame waits for the detector, and its faces are fused when
+they arrive (the real detector on a real face moving through a clip)."""
+
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import pytest
+
+from app.media.clips import make_motion_clip
+from app.pipeline.detect import RetinaFaceDetector
+from app.pipeline.live import BACKGROUND_DETECT, LiveTracking
+from app.pipeline.stage import DEFAULT_SESSION
+from app.pipeline.timing import StageTimer
+from app.pipeline.track import FaceTracker, TrackerConfig
+from app.pipeline.types import Face, Image
+
+
+class GatedDetector:
+    """The real detector, held at a gate the test opens: shows who waits for it."""
+
+    name = "detect"
+
+    def __init__(self, detector: RetinaFaceDetector) -> None:
+        self.detector = detector
+        self.gate = threading.Event()
+        self.calls = 0
+
+    def process(self, batch: list[Image], *, session: str = DEFAULT_SESSION) -> list[list[Face]]:
+        self.calls += 1
+        assert self.gate.wait(30)
+        return self.detector.process(batch)
+
+    def close(self) -> None:
+        pass
+
+
+def test_frames_never_wait_for_scheduled_detection_and_its_faces_are_fused(
+    detector: RetinaFaceDetector, astronaut: Image
+) -> None:
+    (faces,) = detector.process([astronaut])
+    focus = tuple(faces[0].landmarks.mean(axis=0))
+    # A slow drift: no face region changes at once, so only the schedule (every 4th frame) calls for detection.
+    clip = make_motion_clip(astronaut, size=(320, 240), frames=12, pan_px=3, zoom=0.0, rotate_deg=0.0, focus=focus)
+    gated = GatedDetector(detector)
+    with ThreadPoolExecutor(1) as executor:
+        live = LiveTracking(FaceTracker(TrackerConfig(detect_interval=4)), gated, executor)
+        timer = StageTimer()
+        # With no face tracked yet, the first frame waits for its detection: the face is swapped at once.
+        gated.gate.set()
+        (first,) = live.locate(clip.frames[0], timer)
+        assert first.status == "seen" and len(timer.samples["detect"]) == 1
+        gated.gate.clear()
+        # With a face tracked and the detector held, frames 1-6 are located without waiting; frame 4 started
+        # a detection in the background.
+        for frame in clip.frames[1:7]:
+            assert [f.track_id for f in live.locate(frame, timer)] == [first.track_id]
+        pending = live.in_flight
+        assert pending is not None
+        gated.gate.set()
+        pending.result(30)
+        (face,) = live.locate(clip.frames[7], timer)  # fused on the first frame after it arrived
+        assert face.status == "seen" and face.track_id == first.track_id and live.in_flight is None
+        assert len(timer.samples[BACKGROUND_DETECT]) == 1 and len(timer.samples["detect"]) == 1
+        located = [live.locate(frame, timer) for frame in clip.frames[8:]]
+        assert all(len(found) == 1 and found[0].track_id == face.track_id for found in located)
+        box = np.array(located[-1][0].box)
+        mapped = clip.map_points(len(clip) - 1, faces[0].landmarks).mean(axis=0)
+        assert box[0] < mapped[0] < box[2] and box[1] < mapped[1] < box[3]
+        live.close()
+
+
+def test_a_face_that_jumps_is_detected_before_its_frame_is_used(detector: RetinaFaceDetector, astronaut: Image) -> None:
+    (faces,) = detector.process([astronaut])
+    clip = make_motion_clip(astronaut, size=(320, 240), frames=2, pan_px=0, zoom=0.0, rotate_deg=0.0)
+    with ThreadPoolExecutor(1) as executor:
+        live = LiveTracking(FaceTracker(TrackerConfig(detect_interval=30)), detector, executor)
+        timer = StageTimer()
+        (before,) = live.locate(clip.frames[0], timer)
+        jumped = np.roll(clip.frames[1], 60, axis=1)  # the camera jerks 60 px to the right
+        (after,) = live.locate(jumped, timer)
+        assert len(timer.samples["detect"]) == 2  # the frame waited: a stale position would show the face
+        assert float(after.box[0] - before.box[0]) == pytest.approx(60, abs=6)

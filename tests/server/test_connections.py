@@ -1,0 +1,87 @@
+"""Slow and idle clients cannot hold the server: header deadline, idle keep-alive, connection caps per client and
+in total, and /healthz still answers during a slow-client flood (loopback only, bounded loops)."""
+
+import socket
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import httpx
+
+from app.pipeline.pipeline import FramePipeline
+from app.settings import PipelineSettings
+from tests.server.harness import RunningServer, server_settings, start_server
+
+PARTIAL = b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: "
+HEADER_TIMEOUT_S = 2.0
+
+
+def _slow_clients(port: int, count: int, source: str) -> tuple[list[socket.socket], int]:
+    """`count` connections from `source` that send part of a request's headers: (held ones, refused count)."""
+    opened = []
+    for _ in range(count):
+        conn = socket.create_connection(("127.0.0.1", port), timeout=5, source_address=(source, 0))
+        conn.sendall(PARTIAL)
+        opened.append(conn)
+    time.sleep(0.5)
+    held, refused = [], 0
+    for conn in opened:
+        conn.settimeout(0.05)
+        try:
+            reply = conn.recv(256)
+        except TimeoutError:
+            held.append(conn)
+            continue
+        assert reply.startswith(b"HTTP/1.1 503"), reply
+        refused += 1
+        conn.close()
+    return held, refused
+
+
+def _closed_by_server(conn: socket.socket, within_s: float) -> bool:
+    conn.settimeout(within_s)
+    try:
+        return conn.recv(256) == b""
+    except TimeoutError:
+        return False
+    except ConnectionResetError:
+        return True
+
+
+def _healthz_from(server: RunningServer, source: str) -> float:
+    started = time.monotonic()
+    with httpx.Client(transport=httpx.HTTPTransport(local_address=source), timeout=5) as client:
+        assert client.get(f"{server.base_url}/healthz").status_code == 200
+    return time.monotonic() - started
+
+
+def test_slow_clients_are_capped_and_cut_off_while_healthz_answers(
+    identity_dir: Path, pipeline_factory: Callable[[PipelineSettings], FramePipeline]
+) -> None:
+    settings = server_settings(
+        identity_dir,
+        header_timeout_s=HEADER_TIMEOUT_S,
+        keep_alive_s=1.0,
+        max_connections=30,
+        max_connections_per_client=20,
+    )
+    with start_server(settings, pipeline_factory) as server:
+        flood, refused = _slow_clients(server.port, 60, "127.0.0.1")
+        try:
+            assert len(flood) == 20 and refused == 40
+            assert _healthz_from(server, "127.0.0.2") < 1.0
+            others, others_refused = _slow_clients(server.port, 15, "127.0.0.3")
+            flood += others
+            assert len(others) <= 10 and others_refused >= 5  # 30 in total
+            assert all(_closed_by_server(conn, HEADER_TIMEOUT_S + 2.0) for conn in flood)
+        finally:
+            for conn in flood:
+                conn.close()
+        assert _healthz_from(server, "127.0.0.1") < 1.0
+
+        with socket.create_connection(("127.0.0.1", server.port), timeout=5) as idle:
+            idle.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+            assert idle.recv(4096).startswith(b"HTTP/1.1 200")
+            started = time.monotonic()
+            assert _closed_by_server(idle, 4.0)
+            assert time.monotonic() - started < 2.5

@@ -6,11 +6,14 @@ endpoint lists the viewers. Every viewer of an output shares one encode (`app.me
 output's own: the `sessions` or `streams` scope, and only the owner's outputs (admin: all), so a viewer token
 for OBS is a key of the session's owner (`swapcast keys create obs --scope sessions`)."""
 
+import asyncio
+from collections.abc import Callable
 from typing import Annotated
 
 from fastapi import APIRouter, HTTPException, Path, Request, Response
 
 from app.auth.guard import AccessDep, SessionsUser, StreamsUser
+from app.pipeline.types import Image
 from app.server.deps import SessionsDep, StateDep, StreamsDep
 from app.server.limits import media_type, read_capped
 from app.server.owned import owned_session, owned_stream
@@ -35,6 +38,21 @@ async def read_offer(request: Request, state: ServerState) -> str:
     return offer
 
 
+async def add_viewer(
+    request: Request,
+    state: ServerState,
+    kind: str,
+    output_id: str,
+    listeners: list[Callable[[Image], None]],
+    ended: asyncio.Event,
+) -> Response:
+    """Read the offer, join the output's shared encode, answer 201 with the viewer's `Location`."""
+    offer = await read_offer(request, state)
+    viewer, answer = await state.viewers.add(f"{kind[:-1]}/{output_id}", offer, listeners, ended)
+    location = f"/v1/{kind}/{output_id}/whep/{viewer.id}"
+    return Response(answer, status_code=201, media_type="application/sdp", headers={"Location": location})
+
+
 def listing(state: ServerState, key: str) -> dict[str, object]:
     hub = state.viewers.hub(key)
     return {
@@ -54,10 +72,7 @@ async def view_session(
 ) -> Response:
     """Body: the viewer's SDP offer (`Content-Type: application/sdp`, ICE gathering complete, H.264)."""
     session = owned_session(sessions, session_id, principal, access)
-    offer = await read_offer(request, state)
-    viewer, answer = await state.viewers.add(f"session/{session.id}", offer, session.output_listeners, session.closed)
-    location = f"/v1/sessions/{session.id}/whep/{viewer.id}"
-    return Response(answer, status_code=201, media_type="application/sdp", headers={"Location": location})
+    return await add_viewer(request, state, "sessions", session.id, session.output_listeners, session.closed)
 
 
 @router.get("/v1/sessions/{session_id}/whep")
@@ -92,10 +107,7 @@ async def view_stream(
 ) -> Response:
     """Body: the viewer's SDP offer, as for sessions."""
     stream = owned_stream(streams, stream_id, principal, access)
-    offer = await read_offer(request, state)
-    viewer, answer = await state.viewers.add(f"stream/{stream.id}", offer, stream.output_listeners, stream.ended)
-    location = f"/v1/streams/{stream.id}/whep/{viewer.id}"
-    return Response(answer, status_code=201, media_type="application/sdp", headers={"Location": location})
+    return await add_viewer(request, state, "streams", stream.id, stream.output_listeners, stream.ended)
 
 
 @router.get("/v1/streams/{stream_id}/whep")

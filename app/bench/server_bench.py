@@ -275,6 +275,7 @@ def _upload_identity(server: ServerProcess) -> None:
     response = httpx.post(
         f"{server.base_url}/v1/identities",
         files={"image": ("tom.png", png.tobytes())},
+        data={"consent": "self"},  # the photo is a public sample the benchmark stands in for
         headers={"X-Swapcast": "1"},  # a form POST without it is refused as possibly cross-site
         timeout=60,
     )

@@ -2,6 +2,7 @@
 
 from dataclasses import dataclass
 
+from app.identity.consent import Consent
 from app.identity.images import FORMATS
 
 
@@ -17,6 +18,8 @@ class Identity:
     height: int
     # The principal that created it; None for identities stored before owners were recorded (admin only).
     owner: str | None = None
+    # The uploader's consent statement; None for identities stored before consent was recorded.
+    consent: Consent | None = None
 
     @property
     def image_file(self) -> str:

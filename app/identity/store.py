@@ -4,13 +4,16 @@ Each identity is a directory named by its id holding the photo (a PNG of its dec
 bytes; identities stored before that keep their upload), `meta.json`, a small
 `thumb.jpg` of the chosen face and, under `prepared/`, one `.npy` per swap model it was prepared for (keyed by
 the engine's model_key). A directory appears only once complete (written aside, flushed to disk, then renamed
-into place).
+into place), and deleting one removes all of it: moved aside in one rename, then removed.
+`meta.json` carries the uploader's consent statement (`app.identity.consent`); identities stored before consent
+was recorded have none.
 `load_prepared` is the loader for `IdentityCache`: it reads the stored preparation for a model, or prepares the
 stored photo again when the model changed.
 """
 
 import hashlib
 import json
+import logging
 import re
 import secrets
 import shutil
@@ -24,6 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from app.errors import UserError
+from app.identity.consent import Consent
 from app.identity.images import FORMATS, ImageRejected, decode_image
 from app.identity.quota import Usage
 from app.identity.record import Identity
@@ -31,6 +35,8 @@ from app.identity.validate import DamagedIdentity, PreparedSpec, check_directory
 from app.pipeline.swap import PreparedSource
 from app.pipeline.types import Image
 from engines.atomic import atomic_path, rename_durably, replace_dir
+
+log = logging.getLogger(__name__)
 
 ID_PATTERN = re.compile(r"^[0-9a-f]{32}$")
 _META = "meta.json"
@@ -94,6 +100,7 @@ class IdentityStore:
         thumbnail: bytes,
         prepared: PreparedSource,
         owner: str | None = None,
+        consent: Consent | None = None,
     ) -> Identity:
         if format not in FORMATS:
             raise ValueError(f"unknown image format {format!r}")
@@ -107,6 +114,7 @@ class IdentityStore:
             width=width,
             height=height,
             owner=owner,
+            consent=consent,
         )
         self.root.mkdir(parents=True, exist_ok=True)
         staging = Path(tempfile.mkdtemp(prefix=".tmp-", dir=self.root))
@@ -149,13 +157,18 @@ class IdentityStore:
         return is_identity_id(identity_id) and (self.root / identity_id / _META).is_file()
 
     def delete(self, identity_id: str) -> None:
+        """Remove the identity's photo, thumbnail, metadata and every preparation. Under the lock, so a
+        preparation being saved lands either before the move (and goes with it) or finds no directory."""
         directory = self._dir(identity_id)
         trash = self.root / f".trash-{identity_id}-{secrets.token_hex(4)}"
-        try:
-            rename_durably(directory, trash)
-        except FileNotFoundError:
-            raise IdentityNotFound(identity_id) from None
+        with self._lock:
+            try:
+                rename_durably(directory, trash)
+            except FileNotFoundError:
+                raise IdentityNotFound(identity_id) from None
         shutil.rmtree(trash, ignore_errors=True)
+        if trash.exists():  # gone from the API already; the next `open` sweeps what is left
+            log.warning("identity %s: some files could not be removed yet (%s)", identity_id, trash)
 
     def photo(self, identity_id: str) -> bytes:
         identity = self.get(identity_id)

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from app.identity.consent import Consent
 from app.identity.images import FORMATS
 from app.identity.record import Identity
 from app.pipeline.align import TEMPLATES
@@ -70,10 +71,11 @@ def check_prepared(data: np.ndarray, spec: PreparedSpec | None) -> None:
 
 
 _OPTIONAL = {"owner"}  # absent in identities stored before owners were recorded
+_RECORDS = {"consent"}  # checked by their own parser; absent in identities stored before consent was recorded
 
 
 def _field_types() -> dict[str, tuple[type, ...]]:
-    expected: dict[str, tuple[type, ...]] = {f.name: (str,) for f in fields(Identity)}
+    expected: dict[str, tuple[type, ...]] = {f.name: (str,) for f in fields(Identity) if f.name not in _RECORDS}
     expected.update(faces=(int,), width=(int,), height=(int,), face_index=(int, type(None)), owner=(str, type(None)))
     return expected
 
@@ -92,7 +94,11 @@ def parse_identity(raw: Any, identity_id: str) -> Identity:
         value = values[name]
         if isinstance(value, bool) or not isinstance(value, types):
             raise DamagedIdentity(f"metadata field {name} has the wrong type ({type(value).__name__})")
-    identity = Identity(**values)
+    try:
+        consent = Consent.from_json(raw["consent"]) if raw.get("consent") is not None else None
+    except ValueError:
+        raise DamagedIdentity("metadata has a malformed consent record") from None
+    identity = Identity(**values, consent=consent)
     if identity.id != identity_id:
         raise DamagedIdentity("metadata does not match its directory")
     if identity.format not in FORMATS:

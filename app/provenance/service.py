@@ -31,8 +31,13 @@ class FrameMarker:
             image = draw_label(image)
         return image
 
+    @property
+    def mark(self) -> str | None:
+        """The payload as issued (12 hex digits), None when the watermark is off."""
+        return self.record.mark if self.record else None
+
     def describe(self) -> dict[str, object]:
-        return {"watermark": self.record.mark if self.record else None, "label": self.label}
+        return {"watermark": self.mark, "label": self.label}
 
 
 class Provenance:

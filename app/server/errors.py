@@ -12,6 +12,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
+from app.identity.consent import ConsentInvalid
 from app.identity.images import ImageRejected
 from app.identity.quota import QuotaExceeded
 from app.identity.store import IdentityNotFound, IdentityUnreadable
@@ -33,6 +34,7 @@ STATUS_OF: dict[type[Exception], int] = {
     StreamNotFound: 404,
     ViewerNotFound: 404,
     IdentityUnreadable: 409,
+    ConsentInvalid: 422,
     OfferError: 400,
     ViewerOfferError: 400,
     MediaUnavailable: 503,

@@ -28,8 +28,18 @@ IDENTITY_UPLOAD: dict[str, Any] = {
                     "image": {"type": "string", "format": "binary", "description": "JPEG, PNG or WebP"},
                     "face_index": {"type": "integer", "minimum": 0, "maximum": 999},
                     "name": {"type": "string", "maxLength": 100},
+                    "consent": {
+                        "type": "string",
+                        "enum": ["self", "obtained"],
+                        "description": "self: the photo shows you; obtained: it shows someone who agreed",
+                    },
+                    "attestation": {
+                        "type": "string",
+                        "maxLength": 1000,
+                        "description": "who the person is and how they agreed; required with consent=obtained",
+                    },
                 },
-                "required": ["image"],
+                "required": ["image", "consent"],
             },
             "encoding": {"image": {"contentType": "image/jpeg, image/png, image/webp"}},
         }

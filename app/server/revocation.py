@@ -70,6 +70,7 @@ class RevocationWatcher:
             owner=principal.id,
             credential=principal.credential,
             identity=session.identity_id,
+            mark=session.marker.mark if session.marker else None,
         )
         task = asyncio.get_running_loop().create_task(self._audit_end(session, principal))
         task.set_name(f"session-{session.id[:8]}-audit")
@@ -94,6 +95,7 @@ class RevocationWatcher:
             owner=principal.id,
             credential=principal.credential,
             identity=stream.identity_id,
+            mark=stream.marker.mark if stream.marker else None,
         )
 
     async def close_stream(self, stream: Stream, reason: str) -> None:

@@ -72,8 +72,8 @@ class SessionManager:
         self, offer: str, identity_id: str, source: PreparedSource, owner: str = "", *, label: bool | None = None
     ) -> tuple[Session, str]:
         """Admit (against the global and the owner's capacity), negotiate and register a session; returns it with
-        the SDP answer. Its frames carry a mark issued to it (and the visible label if `label`, or by default when
-        the settings say so)."""
+        the SDP answer. Its frames carry a mark issued to it and `owner` (and the visible label if `label`, or by
+        default when the settings say so)."""
         with self._admission.reserve(owner):
             session = Session(
                 identity_id=identity_id,
@@ -89,7 +89,12 @@ class SessionManager:
             try:
                 if self._provenance is not None:
                     issue = partial(
-                        self._provenance.marker, kind="session", ref=session.id, identity=identity_id, label=label
+                        self._provenance.marker,
+                        kind="session",
+                        ref=session.id,
+                        identity=identity_id,
+                        owner=owner or None,
+                        label=label,
                     )
                     session.marker = await asyncio.get_running_loop().run_in_executor(None, issue)
                 answer = await asyncio.wait_for(session.negotiate(offer), NEGOTIATION_TIMEOUT_S)

@@ -280,6 +280,7 @@ class StreamManager:
         requested_url: str | None = None,
         label: bool | None = None,
     ) -> Stream:
+        """Start pulling, swapping and publishing; the output carries a mark issued to this stream and `owner`."""
         self.check_available()
         with self._admission.reserve(owner):
             stream = Stream(
@@ -294,7 +295,14 @@ class StreamManager:
             )
             stream.rtsp_url = self._rtsp.url(stream.rtsp_path)
             if self._provenance is not None:
-                mark = partial(self._provenance.marker, kind="stream", ref=stream.id, identity=identity_id, label=label)
+                mark = partial(
+                    self._provenance.marker,
+                    kind="stream",
+                    ref=stream.id,
+                    identity=identity_id,
+                    owner=owner or None,
+                    label=label,
+                )
                 stream.marker = await asyncio.get_running_loop().run_in_executor(None, mark)
             await self._start(stream)
             self._admission.admit(stream.id, stream, owner)

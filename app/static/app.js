@@ -139,6 +139,7 @@ function renderIdentities() {
     const label = document.createElement("label");
     label.htmlFor = radio.id;
     label.textContent = identity.name;
+    label.title = consentText(identity.consent);
 
     const remove = document.createElement("button");
     remove.type = "button";
@@ -150,6 +151,13 @@ function renderIdentities() {
   }
   $("identity-empty").hidden = page.identities.length > 0;
   updateButtons();
+}
+
+function consentText(consent) {
+  if (!consent) return "no consent recorded (stored before uploads asked for it)";
+  const when = `${consent.owner || "unknown"}, ${consent.time}`;
+  if (consent.statement === "self") return `consent: the photo shows its uploader (${when})`;
+  return `consent obtained (${when}): ${consent.attestation}`;
 }
 
 // Thumbnails come through `api` (an <img src> cannot carry the key) and are shown from a blob URL.
@@ -188,6 +196,13 @@ async function deleteIdentity(id) {
   await loadIdentities();
 }
 
+// The attestation is asked for (and required) only when the photo shows someone other than the uploader.
+function updateAttestation() {
+  const obtained = $("consent-obtained").checked;
+  $("upload-attestation").disabled = !obtained;
+  $("upload-attestation").required = obtained;
+}
+
 async function upload(event) {
   event.preventDefault();
   const file = $("upload-file").files[0];
@@ -196,6 +211,9 @@ async function upload(event) {
   form.append("image", file);
   if ($("upload-name").value.trim()) form.append("name", $("upload-name").value.trim());
   if ($("upload-face").value !== "") form.append("face_index", $("upload-face").value);
+  const consent = document.querySelector("#upload-consent input[name=consent]:checked");
+  form.append("consent", consent ? consent.value : "");
+  if (consent && consent.value === "obtained") form.append("attestation", $("upload-attestation").value.trim());
   setStatus($("upload-status"), "uploading…");
   $("upload-button").disabled = true;
   try {
@@ -208,6 +226,7 @@ async function upload(event) {
     page.selected = identity.id;
     setStatus($("upload-status"), `added ${identity.name}`);
     $("upload-form").reset();
+    updateAttestation();
     await loadIdentities();
     if (page.sessionUrl) await selectIdentity(identity.id);
   } catch (error) {
@@ -406,6 +425,9 @@ async function updateStats() {
 
 $("key-form").addEventListener("submit", submitKey);
 $("upload-form").addEventListener("submit", upload);
+for (const choice of document.querySelectorAll("#upload-consent input[name=consent]")) {
+  choice.addEventListener("change", updateAttestation);
+}
 $("start-button").addEventListener("click", start);
 $("stop-button").addEventListener("click", stop);
 $("copy-rtsp").addEventListener("click", () => navigator.clipboard.writeText(page.rtspUrl || ""));

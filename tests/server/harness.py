@@ -142,13 +142,18 @@ def face_crop(image: Image, box: np.ndarray, margin: float = 0.8) -> Image:
 PAGE_HEADERS = {"X-Swapcast": "1"}
 
 
+# The consent statement every upload needs: the photo shows the uploader.
+SELF_CONSENT = {"consent": "self"}
+
+
 def upload(
     base_url: str, data: bytes, filename: str = "face.png", headers: dict[str, str] | None = None, **fields: str
 ) -> httpx.Response:
+    """Upload an identity as the page does, stating `consent=self` unless `fields` say otherwise."""
     return httpx.post(
         f"{base_url}/v1/identities",
         files={"image": (filename, data)},
-        data=fields,
+        data={**SELF_CONSENT, **fields},
         headers=headers if headers is not None else PAGE_HEADERS,
         timeout=60,
     )

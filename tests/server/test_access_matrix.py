@@ -37,7 +37,7 @@ from tests.server.credentials import (
     make_credentials,
     token,
 )
-from tests.server.harness import RunningServer, server_settings, start_server
+from tests.server.harness import SELF_CONSENT, RunningServer, server_settings, start_server
 
 UNAVAILABLE = rtsp_unavailable_reason()
 pytestmark = [
@@ -48,6 +48,10 @@ pytestmark = [
 CALLERS = ("none", "bad_key", "revoked_key", "expired_jwt", "forged_jwt", "missing_scope", "other", "owner", "admin")
 # Routes that are not API routes: the docs and the static files, open to everyone.
 OPEN_NON_API = {"/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc", "/static"}
+
+
+def upload_form(photo: bytes) -> dict[str, Any]:
+    return {"files": {"image": ("tom.png", photo)}, "data": SELF_CONSENT}
 
 
 def real_offer() -> str:
@@ -102,7 +106,7 @@ class World:
 
     def identity(self, fresh: bool = False) -> str:
         def make() -> str:
-            response = self.call("POST", "/v1/identities", self.creds.owner, files={"image": ("tom.png", self.photo)})
+            response = self.call("POST", "/v1/identities", self.creds.owner, **upload_form(self.photo))
             assert response.status_code == 201, response.text
             return str(response.json()["id"])
 
@@ -205,7 +209,7 @@ def streams_post(w: World, caller: str) -> Request:
 
 
 def upload_post(w: World, caller: str) -> Request:
-    return "POST", "/v1/identities", {"files": {"image": ("tom.png", w.photo)}}
+    return "POST", "/v1/identities", upload_form(w.photo)
 
 
 def whep_post(kind: str, make: Callable[[World], str]) -> Build:
@@ -412,7 +416,7 @@ def test_the_openapi_document_declares_the_bearer_scheme_on_every_guarded_operat
 
 def test_a_session_can_switch_only_to_its_owners_identities(world: World) -> None:
     session = world.session(fresh=True)
-    theirs = world.call("POST", "/v1/identities", world.creds.other, files={"image": ("tom.png", world.photo)})
+    theirs = world.call("POST", "/v1/identities", world.creds.other, **upload_form(world.photo))
     assert theirs.status_code == 201
     other_identity = theirs.json()["id"]
     try:

@@ -4,6 +4,7 @@ uploads an identity, streams, gets swapped frames back, switches identity live a
 from __future__ import annotations
 
 import base64
+import hashlib
 import shutil
 from pathlib import Path
 
@@ -140,9 +141,15 @@ def test_browser_streams_through_the_page(
 
             page.set_input_files("#upload-file", str(tom_path))
             page.fill("#upload-name", "Tom from the page")
+            # The form cannot be sent without a consent statement.
+            assert page.evaluate("document.getElementById('upload-form').checkValidity()") is False
+            page.check("#consent-self")
             page.click("#upload-button")
             page.wait_for_selector("#identity-list li.selected:has-text('Tom from the page')", timeout=30_000)
             first = page.get_attribute("#identity-list li.selected", "data-id")
+            consent = httpx.get(f"{server.base_url}/v1/identities/{first}").json()["consent"]
+            assert consent["statement"] == "self"
+            assert consent["photo_sha256"] == hashlib.sha256(tom_path.read_bytes()).hexdigest()
 
             page.click("#start-button")
             page.wait_for_function(
@@ -169,11 +176,17 @@ def test_browser_streams_through_the_page(
 
             # Uploading while live selects the new identity and switches the session without renegotiating.
             page.set_input_files("#upload-file", str(second_path))
+            page.check("#consent-obtained")  # someone else's face: the attestation is then required
+            assert page.evaluate("document.getElementById('upload-form').checkValidity()") is False
+            page.fill("#upload-attestation", "my colleague, who agreed in writing")
             page.click("#upload-button")
             page.wait_for_function(f"() => window.swapcast.identity && window.swapcast.identity !== '{first}'")
             second = page.evaluate("window.swapcast.identity")
             after_switch = httpx.get(f"{server.base_url}{session_url}").json()
             assert after_switch["identity"] == second
+            consent = httpx.get(f"{server.base_url}/v1/identities/{second}").json()["consent"]
+            assert consent["statement"] == "obtained"
+            assert consent["attestation"] == "my colleague, who agreed in writing"
             page.wait_for_function(
                 f"() => window.swapcast.server.frames_out >= {after_switch['frames_out'] + 10}", timeout=60_000
             )

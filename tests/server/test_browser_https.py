@@ -79,6 +79,7 @@ def test_the_page_works_over_https_with_a_key(
 
             page.set_input_files("#upload-file", str(tom_path))
             page.fill("#upload-name", "Tom over HTTPS")
+            page.check("#consent-self")
             page.click("#upload-button")
             page.wait_for_selector("#identity-list li.selected:has-text('Tom over HTTPS')", timeout=30_000)
             page.wait_for_function(

@@ -1,8 +1,11 @@
 """Identities: upload, list, fetch, delete, survive a restart, and refuse hostile or unusable images."""
 
+import hashlib
 import io
+import json
 import socket
 from collections.abc import Callable
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import cv2
@@ -11,6 +14,8 @@ import numpy as np
 import pytest
 from PIL import Image as PilImage
 
+from app.auth.settings import AccessSettings
+from app.identity.consent import MAX_ATTESTATION
 from app.identity.images import decode_image
 from app.identity.store import IdentityStore, prepared_file_name
 from app.media.clips import load_sample
@@ -203,3 +208,103 @@ def test_a_stored_identity_is_prepared_again_with_its_own_face_and_never_a_guess
         )
         assert session.status_code == 409
         assert "found 6 faces" in session.json()["detail"]
+
+
+def test_an_upload_without_a_valid_consent_statement_is_refused_with_the_reason(
+    server: RunningServer, tom_png: bytes
+) -> None:
+    base = server.base_url
+    before = len(httpx.get(f"{base}/v1/identities").json()["identities"])
+    refused = {
+        "missing": upload(base, tom_png, consent=""),
+        "unknown": upload(base, tom_png, consent="sure"),
+        "no attestation": upload(base, tom_png, consent="obtained"),
+        "long attestation": upload(base, tom_png, consent="obtained", attestation="x" * (MAX_ATTESTATION + 1)),
+    }
+    reasons = {what: (r.status_code, r.json()["detail"]) for what, r in refused.items()}
+    assert reasons["missing"][0] == 422 and "consent is required" in reasons["missing"][1]
+    assert reasons["unknown"][0] == 422 and "`self` or `obtained`" in reasons["unknown"][1]
+    assert reasons["no attestation"][0] == 422 and "attestation" in reasons["no attestation"][1]
+    assert reasons["long attestation"][0] == 422 and "longer than" in reasons["long attestation"][1]
+    assert len(httpx.get(f"{base}/v1/identities").json()["identities"]) == before
+
+
+def test_consent_is_shown_with_the_identity_and_every_trace_goes_with_its_deletion(
+    identity_dir: Path, pipeline_factory: Callable[[PipelineSettings], FramePipeline], tom_png: bytes, tmp_path: Path
+) -> None:
+    audit = tmp_path / "audit.log"
+    settings = server_settings(
+        identity_dir, access=AccessSettings(keys_file=tmp_path / "none.json", audit_log=str(audit))
+    )
+    with start_server(settings, pipeline_factory) as server:
+        base, state = server.base_url, server.state
+        kept = upload(base, tom_png, "tom.png").json()["id"]
+        created = upload(base, tom_png, "ann.png", consent="obtained", attestation="Ann Lee, my colleague: in writing")
+        assert created.status_code == 201, created.text
+        body = created.json()
+        identity = body["id"]
+        consent = body["consent"]
+        assert consent == {
+            "statement": "obtained",
+            "attestation": "Ann Lee, my colleague: in writing",
+            "photo_sha256": hashlib.sha256(tom_png).hexdigest(),
+            "owner": "local",
+            "time": consent["time"],
+        }
+        assert abs(datetime.fromisoformat(consent["time"]) - datetime.fromisoformat(body["created"])) < timedelta(
+            seconds=5
+        )
+        assert httpx.get(f"{base}/v1/identities/{identity}").json()["consent"] == consent
+        listed = {i["id"]: i["consent"] for i in httpx.get(f"{base}/v1/identities").json()["identities"]}
+        assert listed[identity] == consent and listed[kept]["statement"] == "self"
+
+        # Prepared for a second model too, and cached: every one of those goes with the identity.
+        other = PreparedSource("passthrough", "passthrough:128", np.zeros(4, np.float32))
+        state.store.load_prepared(identity, other.model_key, "passthrough", lambda image, index: other)
+        state.cache.put(identity, other.model_key, other)
+        server.call(lambda: state.load_source(identity))
+        cached = state.cache.keys()
+        assert sum(key[0] == identity for key in cached) == 2
+        assert len(list((identity_dir / identity / "prepared").iterdir())) == 2
+
+        assert httpx.delete(f"{base}/v1/identities/{identity}").status_code == 204
+        leftovers = [str(p.relative_to(identity_dir)) for p in identity_dir.rglob("*")]
+        assert not any(identity in path or path.startswith((".trash", ".tmp")) for path in leftovers), leftovers
+        assert kept in leftovers
+        cached = state.cache.keys()
+        assert all(key[0] != identity for key in cached)
+        assert httpx.get(f"{base}/v1/identities/{identity}/thumbnail").status_code == 404
+    events = {e["event"]: e for e in map(json.loads, audit.read_text().splitlines()) if e.get("identity") == identity}
+    assert events["identity_created"]["consent"] == consent
+    deleted = events["identity_deleted"]
+    assert (deleted["by"], deleted["owner"], deleted["photo_sha256"]) == ("local", "local", consent["photo_sha256"])
+
+
+def test_an_identity_stored_before_consent_existed_lists_without_one_and_stays_usable(
+    server: RunningServer, tom_png: bytes
+) -> None:
+    state = server.state
+    template = state.store.get(upload(server.base_url, tom_png, "tom.png").json()["id"])
+    assert state.pipeline is not None
+    legacy = state.store.create(
+        name="from before consent",
+        photo=tom_png,
+        format=template.format,
+        width=template.width,
+        height=template.height,
+        faces=1,
+        face_index=None,
+        thumbnail=state.store.thumbnail(template.id),
+        prepared=state.pipeline.prepare_source(decode_image(tom_png, 10**8)[0], "largest"),
+        owner="local",
+    )
+    meta = state.store.root / legacy.id / "meta.json"
+    raw = json.loads(meta.read_text())
+    del raw["consent"]  # written before the field existed
+    meta.write_text(json.dumps(raw))
+    listed = {i["id"]: i for i in httpx.get(f"{server.base_url}/v1/identities").json()["identities"]}
+    assert listed[legacy.id]["consent"] is None
+    assert httpx.get(f"{server.base_url}/v1/identities/{legacy.id}").json()["consent"] is None
+    source = server.call(lambda: state.load_source(legacy.id))
+    assert source.model_key == "classic:256"
+    assert httpx.delete(f"{server.base_url}/v1/identities/{legacy.id}").status_code == 204

@@ -13,7 +13,7 @@ from app.media.rtsp_out import rtsp_unavailable_reason
 from app.pipeline.pipeline import FramePipeline
 from app.settings import PipelineSettings
 from tests.server.credentials import bearer, make_credentials
-from tests.server.harness import server_settings, start_server
+from tests.server.harness import SELF_CONSENT, server_settings, start_server
 
 UNAVAILABLE = rtsp_unavailable_reason()
 PipelineFactory = Callable[[PipelineSettings], FramePipeline]
@@ -31,10 +31,11 @@ def test_identity_quota_is_per_principal(tmp_path: Path, pipeline_factory: Pipel
     with start_server(settings, pipeline_factory) as server:
         url = f"{server.base_url}/v1/identities"
         files = {"image": ("tom.png", tom_png)}
-        assert httpx.post(url, files=files, headers=alice, timeout=60).status_code == 201
-        full = httpx.post(url, files=files, headers=alice, timeout=60)
+        assert httpx.post(url, files=files, data=SELF_CONSENT, headers=alice, timeout=60).status_code == 201
+        full = httpx.post(url, files=files, data=SELF_CONSENT, headers=alice, timeout=60)
         assert full.status_code == 409 and "the limit is 1" in full.json()["detail"]
-        assert httpx.post(url, files=files, headers=bob, timeout=60).status_code == 201  # bob's own quota
+        by_bob = httpx.post(url, files=files, data=SELF_CONSENT, headers=bob, timeout=60)
+        assert by_bob.status_code == 201  # bob's own quota
         assert server.state.identity_usage("key:alice").count == 1
         assert server.state.identity_usage("key:bob").count == 1
 
@@ -77,7 +78,8 @@ def test_stream_capacity_and_restart_are_per_owner(
 
         def identity_of(headers: dict[str, str]) -> str:
             photo = {"image": ("tom.png", tom_png)}
-            return str(httpx.post(f"{base}/v1/identities", files=photo, headers=headers, timeout=60).json()["id"])
+            created = httpx.post(f"{base}/v1/identities", files=photo, data=SELF_CONSENT, headers=headers, timeout=60)
+            return str(created.json()["id"])
 
         def stream_for(headers: dict[str, str], identity: str) -> httpx.Response:
             body = {"source_url": "rtsp://127.0.0.1:9/x", "identity": identity}
@@ -112,7 +114,9 @@ def test_a_damaged_identity_is_409_to_its_owner_and_unknown_to_others(
     alice, bob, admin = bearer(creds.owner), bearer(creds.other), bearer(creds.admin)
     with start_server(settings, pipeline_factory) as first:
         photo = {"image": ("tom.png", tom_png)}
-        identity = httpx.post(f"{first.base_url}/v1/identities", files=photo, headers=alice, timeout=60).json()["id"]
+        identity = httpx.post(
+            f"{first.base_url}/v1/identities", files=photo, data=SELF_CONSENT, headers=alice, timeout=60
+        ).json()["id"]
     (tmp_path / "identities" / identity / "thumb.jpg").unlink()
 
     with start_server(settings, pipeline_factory) as second:

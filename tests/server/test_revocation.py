@@ -5,6 +5,7 @@ interval of the answer), and revoking a key ends the sessions started with it.""
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import subprocess
 import time
@@ -77,6 +78,7 @@ def test_revoking_a_key_ends_the_sessions_it_started(
     pipeline_factory: Callable[[PipelineSettings], FramePipeline],
     tom_png: bytes,
     clip: MotionClip,
+    mark_registry: Path,
 ) -> None:
     creds = make_credentials(tmp_path / "keys.json")
     audit = tmp_path / "audit.log"
@@ -125,6 +127,14 @@ def test_revoking_a_key_ends_the_sessions_it_started(
         assert kind in kinds, kind
     ended = next(e for e in events if e["event"] == "session_ended")
     assert ended["reason"] == "key revoked" and ended["owner"] == "key:alice" and ended["identity"] == identity
+    created = next(e for e in events if e["event"] == "identity_created")
+    assert created["consent"]["statement"] == "self" and created["consent"]["owner"] == "key:alice"
+    assert created["consent"]["photo_sha256"] == hashlib.sha256(tom_png).hexdigest()
+    # The session's mark is in its start event, and the mark registry names the same owner.
+    started = next(e for e in events if e["event"] == "session_started")
+    issued = [json.loads(line) for line in mark_registry.read_text().splitlines()]
+    (record,) = [r for r in issued if r["mark"] == started["mark"]]
+    assert (record["ref"], record["owner"], record["identity"]) == (started["session"], "key:alice", identity)
     assert creds.owner.split("_", 2)[2] not in audit.read_text()
 
 

@@ -47,7 +47,7 @@ def test_stream_output_over_rtsp_carries_the_streams_mark(
 
         assert main(["watermark", "detect", stream["rtsp_url"], "--seconds", "2"]) == 0
         printed = capsys.readouterr().out
-        assert f"issued to: stream {stream['id']}, identity {identity}" in printed
+        assert f"issued to: stream {stream['id']}, identity {identity}, owner local" in printed
 
         recording = tmp_path / "recording.mp4"
         subprocess.run(
@@ -90,4 +90,4 @@ def test_session_return_video_carries_the_sessions_mark(
     (result,) = detect_windows(images[-15:], provenance.code, window=15)
     assert result.found and result.payload is not None
     (record,) = provenance.registry.lookup(result.payload)
-    assert (record.kind, record.ref, record.identity) == ("session", session_id, identity)
+    assert (record.kind, record.ref, record.identity, record.owner) == ("session", session_id, identity, "local")

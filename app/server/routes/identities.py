@@ -3,6 +3,7 @@
 import asyncio
 import re
 import threading
+from dataclasses import asdict
 from pathlib import PurePath
 from typing import Annotated
 
@@ -13,6 +14,7 @@ from starlette.formparsers import MultiPartException, MultiPartParser
 
 from app.auth.guard import AccessDep, IdentitiesRead, IdentitiesWrite, client_address
 from app.auth.principal import Principal
+from app.identity.consent import Consent, ConsentStatement
 from app.identity.enrol import enrol
 from app.identity.images import sniff_format
 from app.identity.store import Identity, IdentityNotFound, IdentityUnreadable
@@ -40,6 +42,7 @@ class IdentityOut(BaseModel):
     width: int
     height: int
     warnings: list[str] = []  # why this photo may swap badly (open mouth, closed eyes); given on upload
+    consent: Consent | None  # the uploader's statement; null for identities stored before consent was recorded
 
     @classmethod
     def of(cls, identity: Identity, model_key: str | None, warnings: list[str] | None = None) -> "IdentityOut":
@@ -53,6 +56,7 @@ class IdentityOut(BaseModel):
             width=identity.width,
             height=identity.height,
             warnings=warnings or [],
+            consent=identity.consent,
         )
 
 
@@ -87,7 +91,8 @@ def _parse_face_index(raw: str | None) -> int | None:
 async def create_identity(
     request: Request, principal: IdentitiesWrite, state: StateDep, pipeline: PipelineDep, access: AccessDep
 ) -> IdentityOut:
-    """Multipart form: `image` (JPEG, PNG or WebP), optional `face_index`, optional `name`."""
+    """Multipart form: `image` (JPEG, PNG or WebP), `consent` (`self`: the photo shows you, or `obtained`: it
+    shows someone who agreed, with `attestation` saying who and how), optional `face_index`, optional `name`."""
     settings = state.settings
     state.rate_limiter.hit("uploads", principal.id, client_address(request))
     owner = principal.id
@@ -100,7 +105,7 @@ async def create_identity(
         request.headers,
         capped_stream(request, upload_limit(settings.max_upload_bytes)),
         max_files=1,
-        max_fields=4,
+        max_fields=6,
         max_part_size=4096,
     )
     try:
@@ -115,8 +120,12 @@ async def create_identity(
         raw_index = form.get("face_index")
         if isinstance(raw_name, UploadFile) or isinstance(raw_index, UploadFile):
             raise HTTPException(422, "`name` and `face_index` must be plain form fields")
+        raw_consent, raw_attestation = form.get("consent"), form.get("attestation")
+        if isinstance(raw_consent, UploadFile) or isinstance(raw_attestation, UploadFile):
+            raise HTTPException(422, "`consent` and `attestation` must be plain form fields")
         face_index = _parse_face_index(raw_index)
         name = _clean_name(raw_name, upload.filename)
+        consent = ConsentStatement.parse(raw_consent, raw_attestation)
         if upload.size is not None and upload.size > settings.max_upload_bytes:
             raise HTTPException(413, f"image is over the limit of {settings.max_upload_bytes} bytes")
         data = await upload.read(settings.max_upload_bytes + 1)
@@ -136,6 +145,7 @@ async def create_identity(
     adding = len(enrolment.stored) + len(enrolment.thumbnail) + prepared.nbytes
 
     def checked_create() -> Identity:
+        given = Consent.record(consent, upload=data, owner=owner)
         with _quota_lock:  # check and create as one step, so parallel uploads cannot overshoot the quota
             state.identity_quota.check(usage_of(owner), adding)
             return state.store.create(
@@ -149,11 +159,17 @@ async def create_identity(
                 thumbnail=enrolment.thumbnail,
                 prepared=prepared,
                 owner=owner,
+                consent=given,
             )
 
     identity = await loop.run_in_executor(state.control_executor, checked_create)
     state.cache.put(identity.id, prepared.model_key, prepared)
-    access.audit.event("identity_created", identity=identity.id, owner=principal.id)
+    access.audit.event(
+        "identity_created",
+        identity=identity.id,
+        owner=principal.id,
+        consent=asdict(identity.consent) if identity.consent else None,
+    )
     return IdentityOut.of(identity, prepared.model_key, enrolment.warnings)
 
 
@@ -215,8 +231,9 @@ async def delete_identity(
     access: AccessDep,
     revocation: RevocationDep,
 ) -> Response:
-    """Deletes the identity (damaged ones too) and ends every live session and stream showing it before answering."""
-    await _visible(state, identity_id, principal)
+    """Deletes the identity (damaged ones too: photo, thumbnail, preparations, cached entries) and ends every live
+    session and stream showing it before answering."""
+    identity = await _visible(state, identity_id, principal)
     loop = asyncio.get_running_loop()
     try:
         await loop.run_in_executor(state.control_executor, state.store.delete, identity_id)
@@ -224,5 +241,11 @@ async def delete_identity(
         state.cache.invalidate(identity_id)
         state.forget_damaged(identity_id)
     await revocation.identity_deleted(identity_id)
-    access.audit.event("identity_deleted", identity=identity_id, by=principal.id)
+    access.audit.event(
+        "identity_deleted",
+        identity=identity_id,
+        by=principal.id,
+        owner=identity.owner if identity else None,
+        photo_sha256=identity.consent.photo_sha256 if identity and identity.consent else None,
+    )
     return Response(status_code=204)

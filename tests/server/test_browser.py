@@ -59,6 +59,29 @@ def write_y4m(path: Path, image: Image, frames: int = 15) -> None:
             f.write(yuv)
 
 
+def chromium_args(camera: Path | None = None, *extra: str) -> list[str]:
+    """Headless Chromium's flags for these tests: no outside traffic, loopback ICE, and (with `camera`, an
+    absolute .y4m path) a fake camera and microphone that need no permission prompt."""
+    args = [
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--autoplay-policy=no-user-gesture-required",
+        "--allow-loopback-in-peer-connection",
+    ]
+    if camera is not None:
+        args += [
+            "--use-fake-ui-for-media-stream",
+            "--use-fake-device-for-media-stream",
+            f"--use-file-for-fake-video-capture={camera}",
+        ]
+    return [*args, *extra]
+
+
 def keep_loopback_candidates(route: Route) -> None:
     """The offer reaches the server with only its 127.0.0.1 candidates, so media stays on loopback."""
     request = route.request
@@ -114,20 +137,7 @@ def test_browser_streams_through_the_page(
     second_path = tmp_path / "second.jpg"
     cv2.imwrite(str(second_path), face_crop(t1, max(t1_faces, key=lambda f: f.area).box))
 
-    args = [
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-quic",
-        "--no-first-run",
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--disable-sync",
-        "--use-fake-ui-for-media-stream",
-        "--use-fake-device-for-media-stream",
-        f"--use-file-for-fake-video-capture={y4m}",
-        "--autoplay-policy=no-user-gesture-required",
-        "--allow-loopback-in-peer-connection",
-    ]
+    args = chromium_args(y4m)
     assert sync_playwright is not None
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=str(CHROMIUM), headless=True, args=args)

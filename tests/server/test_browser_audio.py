@@ -11,7 +11,14 @@ import pytest
 from app.media.clips import sample_faces
 from app.pipeline.detect import RetinaFaceDetector
 from tests.server.harness import RunningServer
-from tests.server.test_browser import CHROMIUM, camera_still, keep_loopback_candidates, sync_playwright, write_y4m
+from tests.server.test_browser import (
+    CHROMIUM,
+    camera_still,
+    chromium_args,
+    keep_loopback_candidates,
+    sync_playwright,
+    write_y4m,
+)
 
 pytestmark = [
     pytest.mark.slow,
@@ -28,17 +35,7 @@ def test_the_microphone_comes_back_to_the_page(
     write_y4m(y4m, still)
     tom_path = tmp_path / "tom.png"
     shutil.copy(sample_faces()["tom_hanks"], tom_path)
-    args = [
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-quic",
-        "--no-first-run",
-        "--use-fake-ui-for-media-stream",
-        "--use-fake-device-for-media-stream",
-        f"--use-file-for-fake-video-capture={y4m}",
-        "--autoplay-policy=no-user-gesture-required",
-        "--allow-loopback-in-peer-connection",
-    ]
+    args = chromium_args(y4m)
     assert sync_playwright is not None
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=str(CHROMIUM), headless=True, args=args)

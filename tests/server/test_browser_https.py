@@ -21,6 +21,7 @@ from tests.server.harness import server_settings, start_server
 from tests.server.test_browser import (
     CHROMIUM,
     camera_still,
+    chromium_args,
     grab,
     keep_loopback_candidates,
     pytestmark,  # noqa: F401  (the same skips: Chromium and Playwright needed; slow)
@@ -44,21 +45,7 @@ def test_the_page_works_over_https_with_a_key(
     write_y4m(y4m, still)
     tom_path = tmp_path / "tom.png"
     shutil.copy(sample_faces()["tom_hanks"], tom_path)
-    args = [
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-quic",
-        "--no-first-run",
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--disable-sync",
-        "--use-fake-ui-for-media-stream",
-        "--use-fake-device-for-media-stream",
-        f"--use-file-for-fake-video-capture={y4m}",
-        "--autoplay-policy=no-user-gesture-required",
-        "--allow-loopback-in-peer-connection",
-        f"--ignore-certificate-errors-spki-list={tls.spki_sha256}",
-    ]
+    args = chromium_args(y4m, f"--ignore-certificate-errors-spki-list={tls.spki_sha256}")
     settings = server_settings(tmp_path / "identities", access=access)
     assert sync_playwright is not None
     with start_server(settings, pipeline_factory, ca_file=tls.ca) as server, sync_playwright() as p:

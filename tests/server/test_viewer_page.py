@@ -17,7 +17,7 @@ from app.bench.rtc_client import RtcClient, read_stamp
 from app.media.clips import MotionClip
 from app.pipeline.types import Image
 from tests.server.harness import RunningServer, upload
-from tests.server.test_browser import CHROMIUM, keep_loopback_candidates, sync_playwright
+from tests.server.test_browser import CHROMIUM, chromium_args, keep_loopback_candidates, sync_playwright
 
 pytestmark = [
     pytest.mark.slow,
@@ -25,17 +25,7 @@ pytestmark = [
     pytest.mark.skipif(sync_playwright is None, reason="needs the playwright Python package (pip playwright)"),
 ]
 
-ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--autoplay-policy=no-user-gesture-required",
-    "--allow-loopback-in-peer-connection",
-]
+ARGS = chromium_args()
 
 
 class Sender:
@@ -141,6 +131,8 @@ def test_viewer_page_shows_the_session_and_reconnects(server: RunningServer, tom
                 assert httpx.delete(f"{viewers_url}/{viewer['id']}").status_code == 200
                 page.wait_for_function("() => window.swapcastViewer.connects >= 2", timeout=30_000)
                 page.wait_for_function("() => window.swapcastViewer.framesDecoded >= 10", timeout=30_000)
+                # The reconnected video element has a picture before it is read back.
+                page.wait_for_function("() => document.getElementById('video').videoWidth > 0", timeout=30_000)
                 (again,) = httpx.get(viewers_url).json()["viewers"]
                 assert again["id"] != viewer["id"]
                 assert read_stamp(grab(page)) in output_at

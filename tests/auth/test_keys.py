@@ -83,6 +83,7 @@ def swapcast(*args: str, keys_file: Path) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.slow
 def test_keys_command_creates_lists_and_revokes(tmp_path: Path) -> None:
     keys_file = tmp_path / "data" / "keys.json"
     created = swapcast("create", "obs", "--scope", "sessions", "--scope", "identities:read", keys_file=keys_file)

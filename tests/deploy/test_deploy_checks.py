@@ -28,6 +28,7 @@ def _run(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[st
     return subprocess.run(args, input=stdin, capture_output=True, text=True, timeout=120, cwd=ROOT)
 
 
+@pytest.mark.slow
 def test_check_deploy_script_passes() -> None:
     _tool("haproxy")
     env = {**os.environ, "VENV": str(BIN.parent), "PYTHONPATH": str(ROOT)}

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import httpx
+import pytest
 
 from app.bench.rtc_client import RtcClient
 from app.media.clips import MotionClip
@@ -33,6 +34,7 @@ def metric(text: str, line_start: str) -> float:
     raise AssertionError(f"{line_start} not in /metrics")
 
 
+@pytest.mark.slow
 def test_drain_refuses_new_work_and_waits_for_the_open_session(
     tmp_path: Path,
     pipeline_factory: Callable[[PipelineSettings], FramePipeline],
@@ -88,6 +90,7 @@ def test_drain_refuses_new_work_and_waits_for_the_open_session(
         assert server.app.state.drain.status()["drained"] is True
 
 
+@pytest.mark.slow
 def test_prestop_drain_then_sigterm_keeps_the_session_until_the_drain_timeout(
     tmp_path: Path, model_root: Path, tom_png: bytes, clip: MotionClip
 ) -> None:

@@ -142,6 +142,7 @@ def test_frames_before_any_client_are_dropped_cheaply(server: RtspServer, clip: 
     assert "/idle" not in server.paths()
 
 
+@pytest.mark.slow
 @needs_rtsp
 def test_a_paused_producer_still_serves_its_last_frame(server: RtspServer, clip: MotionClip) -> None:
     never = server.publish("never-pushed", 640, 480, FPS)
@@ -212,6 +213,7 @@ def test_pyav_client_gets_the_pushed_frames(server: RtspServer, publisher: RtspP
     assert publisher.frames_sent + publisher.dropped <= publisher.frames_pushed
 
 
+@pytest.mark.slow
 @needs_rtsp
 def test_a_slow_producer_is_sent_at_its_own_rate_and_opens_fast(server: RtspServer, clip: MotionClip) -> None:
     # A producer at 12 fps on a path announced at 30 (a swap pipeline on a CPU): every frame once, no
@@ -234,6 +236,7 @@ def test_a_slow_producer_is_sent_at_its_own_rate_and_opens_fast(server: RtspServ
     assert first_frame_s < 1.5, first_frame_s  # measured 0.8 s; bound loose for busy machines
 
 
+@pytest.mark.slow
 @needs_rtsp
 def test_frames_of_another_size_are_resized(server: RtspServer, publisher: RtspPublisher, clip: MotionClip) -> None:
     with Feeder(clip, publisher, scale=2) as feeder:  # pushes 1280x960 into a 640x480 path
@@ -248,6 +251,7 @@ def test_frames_of_another_size_are_resized(server: RtspServer, publisher: RtspP
     assert len(scores) >= 12 and min(scores) > 25.0, scores
 
 
+@pytest.mark.slow
 @needs_rtsp
 def test_two_clients_at_once(server: RtspServer, publisher: RtspPublisher, clip: MotionClip) -> None:
     url = server.url(publisher.path)
@@ -302,6 +306,7 @@ def test_clients_that_come_right_after_each_other_are_served(
             assert read_frame_id(image) is not None
 
 
+@pytest.mark.slow
 @needs_rtsp
 def test_ingest_processes_and_republishes(server: RtspServer, clip: MotionClip) -> None:
     source = server.publish("camera", 640, 480, FPS)

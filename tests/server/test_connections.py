@@ -7,6 +7,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import httpx
+import pytest
 
 from app.pipeline.pipeline import FramePipeline
 from app.settings import PipelineSettings
@@ -55,6 +56,7 @@ def _healthz_from(server: RunningServer, source: str) -> float:
     return time.monotonic() - started
 
 
+@pytest.mark.slow
 def test_slow_clients_are_capped_and_cut_off_while_healthz_answers(
     identity_dir: Path, pipeline_factory: Callable[[PipelineSettings], FramePipeline]
 ) -> None:

@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 import httpx
+import pytest
 
 from app.auth.settings import AccessSettings
 from app.pipeline.pipeline import FramePipeline
@@ -105,6 +106,7 @@ def test_the_page_is_served_with_a_restrictive_policy(server: RunningServer) -> 
     assert httpx.get(f"{server.base_url}/healthz").headers["x-content-type-options"] == "nosniff"
 
 
+@pytest.mark.slow
 def test_failures_get_a_bearer_challenge_after_a_growing_delay_and_the_audit_log_keeps_only_key_ids(
     tmp_path: Path,
 ) -> None:

@@ -42,6 +42,7 @@ DAMAGE: dict[str, Callable[[Path], None]] = {
 }
 
 
+@pytest.mark.slow
 def test_damaged_identities_are_found_listed_refused_and_deletable(
     identity_dir: Path,
     pipeline_factory: Callable[[PipelineSettings], FramePipeline],

@@ -6,6 +6,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import httpx
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from app.bench.rtc_client import RtcClient
@@ -82,6 +83,7 @@ def test_a_model_that_fails_to_load_leaves_the_server_alive_but_not_ready(identi
         assert httpx.get(f"{server.base_url}/healthz").status_code == 200
 
 
+@pytest.mark.slow
 def test_metrics_follow_a_session(server: RunningServer, tom_png: bytes, clip: MotionClip) -> None:
     identity = upload(server.base_url, tom_png, "tom.png").json()["id"]
     before = scrape(server)

@@ -34,6 +34,7 @@ def test_the_api_answers_over_https_with_a_key(tmp_path: Path) -> None:
             httpx.get(f"http://127.0.0.1:{server.port}/healthz")
 
 
+@pytest.mark.slow
 def test_serve_prints_https_urls_and_answers_over_tls(tmp_path: Path, model_root: Path) -> None:
     tls = make_tls(tmp_path)
     env = {
@@ -52,6 +53,7 @@ def test_serve_prints_https_urls_and_answers_over_tls(tmp_path: Path, model_root
         stop(proc)
 
 
+@pytest.mark.slow
 def test_serve_refuses_a_missing_certificate_with_one_line(tmp_path: Path, model_root: Path) -> None:
     missing = {"SWAPCAST_TLS_CERT": str(tmp_path / "missing.pem"), "SWAPCAST_TLS_KEY": str(tmp_path / "missing.key")}
     proc = serve([], model_root, tmp_path, **missing)

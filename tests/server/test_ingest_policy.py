@@ -88,6 +88,7 @@ def test_streams_to_refused_hosts_get_422_without_the_password(
         assert "s3cret" not in refused.text
 
 
+@pytest.mark.slow
 @needs_rtsp
 def test_a_source_that_never_answers_fails_frees_its_slot_and_restarts(
     identity_dir: Path, pipeline_factory: PipelineFactory, tom_png: bytes

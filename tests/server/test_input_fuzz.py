@@ -60,6 +60,7 @@ def _urls() -> st.SearchStrategy[str]:
     return st.builds(lambda *parts: "".join(parts), scheme, userinfo, host, port, path)
 
 
+@pytest.mark.slow
 @FUZZ
 @given(url=_urls())
 def test_stream_urls_are_accepted_only_at_allowed_addresses_and_never_crash(url: str, tmp_path: Path) -> None:

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 
 from app.auth.keys import KeyStore
 
@@ -78,6 +79,7 @@ def stop(proc: subprocess.Popen[str]) -> str:
     return proc.stderr.read() if proc.stderr else ""
 
 
+@pytest.mark.slow
 def test_a_non_loopback_bind_without_credentials_refuses_with_one_line(tmp_path: Path, model_root: Path) -> None:
     proc = serve(["--host", "0.0.0.0"], model_root, tmp_path, SWAPCAST_KEYS_FILE=str(tmp_path / "none.json"))
     out, err = proc.communicate(timeout=60)
@@ -90,6 +92,7 @@ def test_a_non_loopback_bind_without_credentials_refuses_with_one_line(tmp_path:
     ]
 
 
+@pytest.mark.slow
 def test_a_non_loopback_bind_with_a_key_starts_and_says_keys_are_needed(tmp_path: Path, model_root: Path) -> None:
     keys = tmp_path / "keys.json"
     KeyStore(keys).create("admin", ["admin"])
@@ -101,6 +104,7 @@ def test_a_non_loopback_bind_with_a_key_starts_and_says_keys_are_needed(tmp_path
         stop(proc)
 
 
+@pytest.mark.slow
 def test_anonymous_use_on_a_network_address_is_allowed_only_loudly(tmp_path: Path, model_root: Path) -> None:
     proc = serve(
         ["--host", "0.0.0.0"],
@@ -117,6 +121,7 @@ def test_anonymous_use_on_a_network_address_is_allowed_only_loudly(tmp_path: Pat
     assert "WARNING: SWAPCAST_ALLOW_ANONYMOUS=true" in err
 
 
+@pytest.mark.slow
 def test_loopback_without_credentials_runs_as_the_local_principal(tmp_path: Path, model_root: Path) -> None:
     proc = serve([], model_root, tmp_path, SWAPCAST_KEYS_FILE=str(tmp_path / "none.json"))
     try:
@@ -129,6 +134,7 @@ def test_loopback_without_credentials_runs_as_the_local_principal(tmp_path: Path
         stop(proc)
 
 
+@pytest.mark.slow
 def test_metrics_need_the_scope_except_on_the_loopback_metrics_port(tmp_path: Path, model_root: Path) -> None:
     keys = tmp_path / "keys.json"
     KeyStore(keys).create("admin", ["admin"])

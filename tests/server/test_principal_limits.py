@@ -58,6 +58,7 @@ def test_rate_limits_count_the_principal_and_the_address(tmp_path: Path, pipelin
         assert int(shared.headers["Retry-After"]) >= 1
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(UNAVAILABLE is not None, reason=f"GStreamer RTSP unavailable: {UNAVAILABLE}")
 def test_stream_capacity_and_restart_are_per_owner(
     tmp_path: Path, pipeline_factory: PipelineFactory, tom_png: bytes

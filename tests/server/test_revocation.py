@@ -36,6 +36,7 @@ def closed_with(server: RunningServer, reason: str) -> float:
     return float(lines[0].split()[-1]) if lines else 0.0
 
 
+@pytest.mark.slow
 def test_deleting_an_identity_ends_its_live_session_within_one_frame(
     server: RunningServer, tom_png: bytes, clip: MotionClip
 ) -> None:
@@ -73,6 +74,7 @@ def test_deleting_an_identity_ends_its_live_session_within_one_frame(
     assert all(key[0] != identity for key in cached)
 
 
+@pytest.mark.slow
 def test_revoking_a_key_ends_the_sessions_it_started(
     tmp_path: Path,
     pipeline_factory: Callable[[PipelineSettings], FramePipeline],

@@ -52,6 +52,7 @@ def with_login(url: str, login: str | None) -> str:
     return urlunsplit(parts._replace(netloc=f"{login}@{host}" if login else host))
 
 
+@pytest.mark.slow
 def test_each_rtsp_output_plays_only_with_its_owners_login(
     tmp_path: Path,
     pipeline_factory: Callable[[PipelineSettings], FramePipeline],
@@ -102,6 +103,7 @@ def test_each_rtsp_output_plays_only_with_its_owners_login(
             assert httpx.delete(f"{base}/v1/streams/{stream['id']}", headers=bearer(who)).status_code == 204
 
 
+@pytest.mark.slow
 def test_a_sessions_rtsp_output_plays_only_with_its_login(
     tmp_path: Path,
     pipeline_factory: Callable[[PipelineSettings], FramePipeline],

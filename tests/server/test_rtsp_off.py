@@ -4,9 +4,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[2]
 
 
+@pytest.mark.slow
 def test_the_server_runs_without_gstreamer_and_says_why_rtsp_is_off() -> None:
     code = (
         "import sys\n"

@@ -8,10 +8,12 @@ import threading
 from pathlib import Path
 
 import httpx
+import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 
 
+@pytest.mark.slow
 def test_serve_prints_urls_becomes_ready_and_stops_on_sigterm(tmp_path: Path, model_root: Path) -> None:
     identity_dir = tmp_path / "identities"
     proc = subprocess.Popen(
@@ -55,6 +57,7 @@ def test_serve_prints_urls_becomes_ready_and_stops_on_sigterm(tmp_path: Path, mo
     assert lines[-1] == "swapcast: stopped"
 
 
+@pytest.mark.slow
 def test_serve_refuses_a_port_in_use(tmp_path: Path, model_root: Path) -> None:
     import socket
 

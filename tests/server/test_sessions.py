@@ -56,6 +56,7 @@ def wait_until(predicate: Callable[[], bool], timeout: float) -> bool:
     return predicate()
 
 
+@pytest.mark.slow
 def test_swapped_frames_come_back_in_order_with_the_face_changed_and_the_stamp_intact(
     server: RunningServer, tom_png: bytes, clip: MotionClip, clip_faces: list[np.ndarray]
 ) -> None:
@@ -156,6 +157,7 @@ def test_identity_switch_mid_stream_changes_the_output(
     assert all(verdicts["after"]), verdicts
 
 
+@pytest.mark.slow
 def test_admission_limit_answers_503_with_retry_after_and_vp8_is_served_when_preferred(
     identity_dir: Path,
     pipeline_factory: Callable[[PipelineSettings], FramePipeline],

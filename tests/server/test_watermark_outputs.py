@@ -60,6 +60,7 @@ def test_stream_output_over_rtsp_carries_the_streams_mark(
         assert httpx.delete(f"{server.base_url}/v1/streams/{stream['id']}").status_code == 204
 
 
+@pytest.mark.slow
 def test_session_return_video_carries_the_sessions_mark(
     identity_dir: Path,
     pipeline_factory: Callable[[PipelineSettings], FramePipeline],

@@ -51,6 +51,7 @@ def test_offers_with_hundreds_of_candidates_are_refused(server: RunningServer, i
     assert refused.status_code == 400 and "at most 16" in refused.json()["detail"]
 
 
+@pytest.mark.slow
 def test_sessions_that_never_connect_free_their_slot_fast_and_retry_after_is_honest(
     identity_dir: Path, pipeline_factory: PipelineFactory, offer: str, tom_png: bytes
 ) -> None:

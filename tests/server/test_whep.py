@@ -76,6 +76,7 @@ async def wait_for(predicate: Callable[[], bool], within_s: float) -> bool:
     return bool(predicate())
 
 
+@pytest.mark.slow
 def test_two_viewers_pull_the_swapped_output_sharing_one_encode(
     server: RunningServer, tom_png: bytes, clip: MotionClip
 ) -> None:

@@ -232,8 +232,10 @@ def test_a_slow_producer_is_sent_at_its_own_rate_and_opens_fast(server: RtspServ
     assert len(ids) >= 30
     assert len(set(ids)) >= 0.95 * len(ids), ids
     received_rate = (len(frames) - 6) / (frames[-1][0] - frames[5][0])
-    assert 9.0 < received_rate < 15.0, received_rate
-    assert first_frame_s < 1.5, first_frame_s  # measured 0.8 s; bound loose for busy machines
+    # A 12 fps producer is received near 12 fps, not at the announced 30 with repeats (speed itself is measured in
+    # `app.bench.rtsp_latency`; these bounds only tell the old behaviour apart and stay loose for busy machines).
+    assert 7.0 < received_rate < 18.0, received_rate
+    assert first_frame_s < 2.5, first_frame_s  # measured 0.8 s; 3.5 s before frames were paced
 
 
 @pytest.mark.slow

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import logging
 
@@ -61,3 +62,10 @@ class Provenance:
         log.info("watermark %s issued to %s %s (identity %s)", record.mark, kind, ref, identity)
         watermarker = Watermarker(record.payload(), self.code, self.settings.watermark_strength)
         return FrameMarker(watermarker, record, show_label)
+
+    async def marker_async(
+        self, *, kind: str, ref: str, identity: str | None = None, owner: str | None = None, label: bool | None = None
+    ) -> FrameMarker:
+        """`marker` off the event loop: issuing writes the mark registry and builds the pattern."""
+        issue = functools.partial(self.marker, kind=kind, ref=ref, identity=identity, owner=owner, label=label)
+        return await asyncio.get_running_loop().run_in_executor(None, issue)

@@ -5,7 +5,6 @@ What a session does with its media lives in `app.media.webrtc.Session`."""
 import asyncio
 from collections.abc import Callable
 from concurrent.futures import Executor
-from functools import partial
 
 from app.media.webrtc import KIND, OfferError, PublisherFactory, Session, SessionConfig
 from app.observability import Metrics
@@ -88,15 +87,9 @@ class SessionManager:
             )
             try:
                 if self._provenance is not None:
-                    issue = partial(
-                        self._provenance.marker,
-                        kind="session",
-                        ref=session.id,
-                        identity=identity_id,
-                        owner=owner or None,
-                        label=label,
+                    session.marker = await self._provenance.marker_async(
+                        kind="session", ref=session.id, identity=identity_id, owner=owner or None, label=label
                     )
-                    session.marker = await asyncio.get_running_loop().run_in_executor(None, issue)
                 answer = await asyncio.wait_for(session.negotiate(offer), NEGOTIATION_TIMEOUT_S)
             except TimeoutError:
                 await session.close("negotiation failed")

@@ -12,7 +12,6 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from functools import partial
 from typing import Any
 
 import av
@@ -295,15 +294,9 @@ class StreamManager:
             )
             stream.rtsp_url = self._rtsp.url(stream.rtsp_path)
             if self._provenance is not None:
-                mark = partial(
-                    self._provenance.marker,
-                    kind="stream",
-                    ref=stream.id,
-                    identity=identity_id,
-                    owner=owner or None,
-                    label=label,
+                stream.marker = await self._provenance.marker_async(
+                    kind="stream", ref=stream.id, identity=identity_id, owner=owner or None, label=label
                 )
-                stream.marker = await asyncio.get_running_loop().run_in_executor(None, mark)
             await self._start(stream)
             self._admission.admit(stream.id, stream, owner)
             return stream

@@ -43,9 +43,11 @@ def swap_file(
     source_face: int | None = None,
     batch_size: int = 4,
     progress: bool = True,
+    owner: str | None = None,
 ) -> str:
     """Swap the face of `source_path` (its largest face, or the one at `source_face`) into an image or video
-    `target`, writing `output` atomically; returns a one-line summary."""
+    `target`, writing `output` atomically; returns a one-line summary. `owner` (else the `SWAPCAST_OWNER` setting,
+    else the OS user) is who the output's mark is issued to in the mark registry."""
     kind = check_paths(source_path, target, output)
     from app.media.video_file import probe, read_image, transcode, write_image
     from app.pipeline.factory import build_pipeline
@@ -56,15 +58,19 @@ def swap_file(
     else:
         target_image = read_image(target)
     from app.provenance.c2pa_files import mime_of, sign_file, signing_configured
+    from app.provenance.owner import cli_owner
     from app.provenance.service import Provenance
 
     provenance = Provenance()
+    owner = cli_owner(owner, provenance.settings.owner)
     signed = signing_configured(provenance.settings)
     if signed:
         mime_of(output)  # an output format C2PA cannot carry fails before any work
     pipeline = build_pipeline(settings, store)
     source = pipeline.prepare_source(source_image, "largest" if source_face is None else source_face)
-    marker = provenance.marker(kind="file", ref=str(output.resolve()), identity=f"photo:{source_path.name}")
+    marker = provenance.marker(
+        kind="file", ref=str(output.resolve()), identity=f"photo:{source_path.name}", owner=owner
+    )
 
     if kind == "image":
         result = pipeline.swap_image(target_image, source)

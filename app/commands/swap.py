@@ -41,6 +41,11 @@ def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None
     )
     p.add_argument("--batch-size", type=positive_int, default=4, help="frames per pipeline call (video)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument(
+        "--owner",
+        default=None,
+        help="who the output belongs to in the mark registry (default SWAPCAST_OWNER, else the OS user name)",
+    )
     p.set_defaults(func=run)
 
 
@@ -70,9 +75,12 @@ def _settings(args: argparse.Namespace) -> PipelineSettings:
 
 def run(args: argparse.Namespace) -> int:
     from app.model_store import open_model_store
+    from app.provenance.owner import check_owner
     from app.swap_job import check_paths, swap_file
 
     check_paths(args.source, args.target, args.output)
+    if args.owner is not None:
+        check_owner(args.owner)  # a bad name fails before any model loads
     message = swap_file(
         args.source,
         args.target,
@@ -82,6 +90,7 @@ def run(args: argparse.Namespace) -> int:
         source_face=args.source_face,
         batch_size=args.batch_size,
         progress=not args.no_progress,
+        owner=args.owner,
     )
     print(message)
     return 0

@@ -33,6 +33,7 @@ class ProvenanceSettings(BaseSettings):
     server_id: int | None = Field(None, ge=0, lt=1 << 16)  # None: derived from the host name
     mark_registry: Path = Field(default_factory=lambda: default_data_dir() / "marks.jsonl")
     label: bool = False  # the visible "AI-generated" label, unless a session or stream asks otherwise
+    owner: str | None = None  # owner of files `swapcast swap` writes, when `--owner` is not given (else the OS user)
 
     c2pa: bool = True  # sign files `swapcast swap` writes, when a key and certificate are set
     c2pa_cert: Path | None = None  # PEM certificate chain, signer first

@@ -21,13 +21,15 @@ def media(tmp_path_factory: pytest.TempPathFactory, model_root: Path) -> dict[st
     write_clip(clip, video, audio_tone_hz=None)
     unmarked = folder / "unmarked.mp4"
     write_clip(clip, unmarked, audio_tone_hz=None, crf=23)
-    return {"source": source, "video": video, "unmarked": unmarked, **make_signer(folder)}
+    still = folder / "still.png"
+    write_image(still, clip.frames[0])
+    return {"source": source, "video": video, "unmarked": unmarked, "still": still, **make_signer(folder)}
 
 
-def swap(media: dict[str, Path], out: Path) -> int:
+def swap(media: dict[str, Path], out: Path, *extra: str, target: str = "video") -> int:
     return main(
-        ["swap", "--source", str(media["source"]), "--target", str(media["video"]), "--output", str(out),
-         "--engine", "classic", "--no-progress"]
+        ["swap", "--source", str(media["source"]), "--target", str(media[target]), "--output", str(out),
+         "--engine", "classic", "--no-progress", *extra]
     )  # fmt: skip
 
 
@@ -38,13 +40,13 @@ def test_swapped_file_is_marked_signed_and_traced_to_its_issue(
     monkeypatch.setenv("SWAPCAST_C2PA_CERT", str(media["chain"]))
     monkeypatch.setenv("SWAPCAST_C2PA_KEY", str(media["key"]))
     out = tmp_path / "swapped.mp4"
-    assert swap(media, out) == 0
+    assert swap(media, out, "--owner", "alice") == 0
     assert "C2PA signed" in capsys.readouterr().out
 
     assert main(["watermark", "detect", str(out)]) == 0
     printed = capsys.readouterr().out
     assert "payload: " in printed and f"issued to: file {out.resolve()}" in printed
-    assert "identity photo:astronaut.png" in printed
+    assert "identity photo:astronaut.png, owner alice," in printed
 
     assert main(["provenance", "verify", str(out), "--trust-anchors", str(media["ca"])]) == 0
     printed = capsys.readouterr().out
@@ -82,4 +84,24 @@ def test_signing_is_refused_for_a_format_c2pa_cannot_carry(
     out = tmp_path / "swapped.mkv"
     assert swap(media, out) == 2
     assert "C2PA cannot be embedded in .mkv" in capsys.readouterr().err
+    assert not out.exists()
+
+
+def test_a_swapped_file_without_owner_belongs_to_the_configured_owner(
+    media: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("SWAPCAST_OWNER", "carol")
+    out = tmp_path / "swapped.png"
+    assert swap(media, out, target="still") == 0
+    capsys.readouterr()
+    assert main(["watermark", "detect", str(out)]) == 0
+    assert f"issued to: file {out.resolve()}, identity photo:astronaut.png, owner carol," in capsys.readouterr().out
+
+
+def test_a_bad_owner_is_one_error_line_and_writes_nothing(
+    media: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "swapped.png"
+    assert swap(media, out, "--owner", "bad\nname", target="still") == 2
+    assert capsys.readouterr().err == "swapcast: error: --owner must not contain control characters\n"
     assert not out.exists()

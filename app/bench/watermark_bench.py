@@ -288,8 +288,8 @@ def run_watermark_bench(config: WatermarkBenchConfig) -> dict[str, Any]:
     false_alarms = sum(d["found"] for d in null_decisions)
     result: dict[str, Any] = {
         "method": "spread spectrum in luma: 32x32-chip tile of 4 px chips repeated over the frame; 48 payload bits + "
-        "CRC-16, rate-1/2 K=7 convolutional code (140 coded bits); detector folds, accumulates one second, "
-        "correlates phase only over every phase and 4 scales, soft Viterbi",
+        "CRC-16, rate-1/2 K=7 convolutional code (140 coded bits); detector weights the whitened frame by local "
+        "variance, folds, accumulates one second, correlates phase only over every phase and 4 scales, soft Viterbi",
         "clips": {"photos": photos, "seconds_each": config.seconds, "size": list(config.size), "fps": config.fps},
         "strength_rms_grey_levels": config.strength,
         "encoder": {"codec": "libx264", "preset": config.preset},

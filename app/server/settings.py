@@ -66,6 +66,10 @@ class ServerSettings(BaseSettings):
     connect_timeout_s: float = Field(20.0, gt=0)  # offer answered -> media flowing
     ice_timeout_s: float = Field(5.0, gt=0)  # offer answered -> ICE connected, or the slot frees
     max_remote_candidates: int = Field(16, ge=1, le=256)
+    # Per session (app/media/ice_bounds.py): outgoing STUN requests in any one second, and candidates learnt
+    # from binding requests of addresses the offer did not list (peer-reflexive).
+    ice_checks_per_s: int = Field(20, ge=1, le=1000)
+    max_peer_reflexive_candidates: int = Field(8, ge=0, le=256)
     # Addresses media sockets bind and advertise; empty = the bind host when it is one address, else every
     # interface.
     ice_host_addresses: list[str] = Field(default_factory=list)

@@ -188,6 +188,7 @@ class ServerState:
             max_per_owner=s.max_streams_per_principal,
             give_up=GiveUp(attempts=s.stream_give_up_attempts, seconds=s.stream_give_up_s),
             provenance=self.provenance,
+            source_check=self.ingest_policy.check_and_probe,
         )
         self.ready = True
         self.not_ready_reason = ""

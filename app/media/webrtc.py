@@ -162,6 +162,13 @@ def check_offer(text: str, max_candidates: int = MAX_REMOTE_CANDIDATES) -> None:
     candidates = sum(len(m.ice_candidates) for m in description.media)
     if candidates > max_candidates:
         raise OfferError(f"the offer lists {candidates} ICE candidates; at most {max_candidates} are accepted")
+    if candidates == 0:
+        # What a stock Chromium sends from a machine whose only network interface is loopback (measured): it
+        # never offers 127.0.0.1 unless started with --allow-loopback-in-peer-connection, and cannot connect.
+        raise OfferError(
+            "the offer lists no ICE candidates: the browser found no network address to use (on a machine with "
+            "only a loopback interface, start Chromium with --allow-loopback-in-peer-connection)"
+        )
 
 
 def negotiated_codec(answer: str) -> str | None:

@@ -139,6 +139,13 @@ def test_peer_reflexive_candidates_are_capped(bounded: tuple[RunningServer, str]
     assert session["ice"]["unknown_addresses_dropped"] >= len(sources) - MAX_PEER_REFLEXIVE
 
 
+def test_an_offer_without_candidates_is_refused_with_what_to_do(bounded: tuple[RunningServer, str], offer: str) -> None:
+    """A stock Chromium on a machine with only loopback offers no candidate at all and could never connect."""
+    server, identity = bounded
+    refused = _post(server, identity, _with_candidates(offer, []))
+    assert refused.status_code == 400 and "--allow-loopback-in-peer-connection" in refused.json()["detail"]
+
+
 def test_the_sliding_second_admits_the_limit_per_second() -> None:
     now = [0.0]
     window = SlidingSecond(3, clock=lambda: now[0])

@@ -69,6 +69,10 @@ class _SourceFailed(Exception):
     """The source cannot work, and retrying will not change that."""
 
 
+class SourceForbidden(Exception):
+    """Raised by a worker's `before_open` when the source may not be opened (any more): the worker fails."""
+
+
 class _SourceUnusable(Exception):
     """The source opened but cannot be used now (a live stream without video, say); worth retrying."""
 
@@ -76,6 +80,9 @@ class _SourceUnusable(Exception):
 def is_live_source(url: str) -> bool:
     """True for network URLs (rtsp://, rtmp://, http://, srt://, ...), False for local files."""
     return "://" in url and not url.startswith("file:")
+
+
+_PASSWORD_IN_URL = re.compile(r"(://[^:/@\s'\"]*):[^@/\s'\"]*@")
 
 
 def redact_url(url: str) -> str:
@@ -100,6 +107,7 @@ class IngestWorker:
         loop_file: bool = True,
         give_up_attempts: int | None = None,
         give_up_s: float | None = None,
+        before_open: Callable[[], str] | None = None,
     ) -> None:
         if reconnect_initial_s <= 0 or reconnect_max_s < reconnect_initial_s:
             raise ValueError("need 0 < reconnect_initial_s <= reconnect_max_s")
@@ -116,6 +124,10 @@ class IngestWorker:
         # A live source that delivers no frame for this many opens in a row, or this long, is given up on.
         self._give_up_attempts = give_up_attempts
         self._give_up_s = give_up_s
+        # Called right before every open of a live source (the first and each reconnect), on the reader thread:
+        # returns the URL to open now, or raises `SourceForbidden` (the worker fails) or OSError (retried). A
+        # host name may resolve elsewhere and a source may start redirecting after it was first checked.
+        self._before_open = before_open
 
         self._log_name = redact_url(source_url)
         self._cond = threading.Condition()
@@ -181,7 +193,8 @@ class IngestWorker:
         self.stop()
 
     def _describe(self, exc: BaseException) -> str:
-        return f"{type(exc).__name__}: {exc}".replace(self.source_url, self._log_name)
+        text = f"{type(exc).__name__}: {exc}".replace(self.source_url, self._log_name)
+        return _PASSWORD_IN_URL.sub(r"\1:***@", text)  # the URL opened may differ from source_url (re-checked)
 
     # State.
     def _set_state(self, state: IngestState, error: str | None = None) -> None:
@@ -225,6 +238,9 @@ class IngestWorker:
             except _SourceFailed as exc:
                 self._fail(str(exc))
                 return
+            except SourceForbidden as exc:
+                self._fail(f"source refused by the host policy: {exc}")
+                return
             except av.error.ProtocolNotFoundError as exc:  # a typo in the scheme will not fix itself
                 self._fail(self._describe(exc))
                 return
@@ -260,7 +276,8 @@ class IngestWorker:
         if not self.live and not Path(self._open_target).is_file():
             raise _SourceFailed(f"no such file: {self._open_target}")
         if self.live:
-            container = av.open(self._open_target, options=LIVE_OPTIONS, timeout=self._timeout)
+            target = self._before_open() if self._before_open is not None else self._open_target
+            container = av.open(target, options=LIVE_OPTIONS, timeout=self._timeout)
         else:
             container = av.open(self._open_target)
         try:

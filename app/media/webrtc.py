@@ -39,6 +39,7 @@ from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
 
 from app.media.audio_sync import DelayedAudioTrack
 from app.media.hops import HopRecorder, install_timed_encoders
+from app.media.ice_bounds import BoundedIce, IceBounds, ice_connections
 from app.media.mailbox import Mailbox
 from app.observability import Metrics
 from app.pipeline.pipeline import FramePipeline
@@ -80,6 +81,8 @@ class SessionConfig:
     # timeout (four canned offers with no peer behind them held every slot for 20 s).
     ice_timeout_s: float = 5.0
     max_remote_candidates: int = MAX_REMOTE_CANDIDATES
+    # Outgoing STUN requests per second and peer-reflexive candidates per session (app/media/ice_bounds.py).
+    ice_bounds: IceBounds = field(default_factory=IceBounds)
 
 
 def bindable_host_addresses() -> list[str]:
@@ -159,6 +162,13 @@ def check_offer(text: str, max_candidates: int = MAX_REMOTE_CANDIDATES) -> None:
     candidates = sum(len(m.ice_candidates) for m in description.media)
     if candidates > max_candidates:
         raise OfferError(f"the offer lists {candidates} ICE candidates; at most {max_candidates} are accepted")
+    if candidates == 0:
+        # What a stock Chromium sends from a machine whose only network interface is loopback (measured): it
+        # never offers 127.0.0.1 unless started with --allow-loopback-in-peer-connection, and cannot connect.
+        raise OfferError(
+            "the offer lists no ICE candidates: the browser found no network address to use (on a machine with "
+            "only a loopback interface, start Chromium with --allow-loopback-in-peer-connection)"
+        )
 
 
 def negotiated_codec(answer: str) -> str | None:
@@ -290,6 +300,7 @@ class Session:
         self._error_logged = 0
         ice = [RTCIceServer(url) for url in config.ice_servers]
         self.pc = RTCPeerConnection(RTCConfiguration(iceServers=ice))
+        self.ice = BoundedIce(config.ice_bounds)
         self.output = SwappedVideoTrack(self._on_sent, lambda: self._drop("output_superseded"))
         # The client's microphone, sent back delayed by the video's processing latency plus this offset.
         self.audio = DelayedAudioTrack(self._audio_delay_s)
@@ -317,6 +328,8 @@ class Session:
             await self.pc.setLocalDescription(await self.pc.createAnswer())
         except Exception as exc:  # offers that parse but leave aiortc unable to answer
             raise OfferError(f"cannot answer this offer: {_short(exc)}") from None
+        # Gathered, and the checks start only once this returns to the event loop: bound them now.
+        self.ice.apply(ice_connections(self.pc))
         local = self.pc.localDescription.sdp
         if "\na=candidate:" not in local:
             if not bindable_host_addresses():
@@ -565,6 +578,7 @@ class Session:
             "dropped": sum(c.drops.values()),
             "rtsp_url": self.rtsp_url,
             "close_reason": self.close_reason,
+            "ice": self.ice.describe(),
             "provenance": self.marker.describe() if self.marker else None,
         }
 

@@ -13,6 +13,7 @@ from fastapi.staticfiles import StaticFiles
 from app.auth.access import Access
 from app.auth.browser import BrowserGuard
 from app.auth.guard import PUBLIC
+from app.server.address_limit import AddressLimiter, AddressLimitMiddleware, AddressLimits
 from app.server.drain import Drain, DrainGate
 from app.server.errors import install_error_handlers
 from app.server.limits import BodyLimitMiddleware
@@ -90,6 +91,9 @@ def create_app(
             allow_headers=["Authorization", "Content-Type", "X-Swapcast"],
             expose_headers=["Location", "X-RTSP-URL"],
         )
+    # Before authentication and before any body is read: per client address (app/server/address_limit.py).
+    address_limits = AddressLimits(posts=settings.rate_per_address, auth_failures=settings.rate_auth_failures)
+    app.add_middleware(AddressLimitMiddleware, limiter=AddressLimiter(address_limits))
     # Outermost: a request with a foreign Host or from a foreign page goes no further.
     app.add_middleware(BrowserGuard, allowed_hosts=access.hosts, allowed_origins=settings.access.cors_origins)
     app.include_router(health.router)

@@ -38,6 +38,10 @@ class SourceRefused(Exception):
     """A source the policy does not allow; answered with 422 and the reason."""
 
 
+class HostUnresolved(SourceRefused):
+    """The source's host name does not resolve (now): refused at creation, retried on a reconnect."""
+
+
 @dataclass(frozen=True)
 class CheckedSource:
     connect_url: str  # the URL with its host replaced by the checked address: what ingest opens
@@ -101,15 +105,22 @@ class IngestPolicy:
         try:
             addresses = [host] if literal is not None else self.resolver(host, port)
         except (OSError, UnicodeError):
-            raise SourceRefused("source_url's host does not resolve") from None
+            raise HostUnresolved("source_url's host does not resolve") from None
         if not addresses:
-            raise SourceRefused("source_url's host does not resolve")
+            raise HostUnresolved("source_url's host does not resolve")
         for address in addresses:
             reason = self.refusal(ipaddress.ip_address(address.split("%", 1)[0]), port)
             if reason is not None:
                 raise SourceRefused(f"source_url is not allowed: {reason}")
         chosen = addresses[0]
         return CheckedSource(_with_host(parts, chosen), redact_credentials(url), chosen)
+
+    def check_and_probe(self, url: str) -> CheckedSource:
+        """`check`, then `refuse_redirects` at the checked address: what must hold each time ingest opens `url`.
+        Blocks (name lookup, one RTSP request): call it off the event loop."""
+        checked = self.check(url)
+        refuse_redirects(checked)
+        return checked
 
     def refusal(self, address: IpAddress, port: int) -> str | None:
         """Why a connection to `address:port` is refused, or None when it is allowed."""
@@ -151,6 +162,8 @@ def coarse_error(error: str | None) -> str | None:
     if error is None:
         return None
     text = error.lower()
+    if "host policy" in text:
+        return "source refused by the host policy (it redirects, or reaches an address ingest may not)"
     if "process failed" in text:
         return "processing failed"
     if "gave up" in text:

@@ -58,6 +58,10 @@ class ServerSettings(BaseSettings):
     rate_uploads: str = "30/minute"
     rate_sessions: str = "30/minute"
     rate_streams: str = "10/minute"
+    # Per client address, before authentication (app/server/address_limit.py): POST requests to the API, and
+    # failed authentications, beyond which the address gets 429 on every API request until the window moves.
+    rate_per_address: str = "120/minute"
+    rate_auth_failures: str = "30/minute"
     sdp_max_bytes: int = Field(128 * 1024, ge=1024)
     max_json_bytes: int = Field(64 * 1024, ge=1024)
 
@@ -66,6 +70,10 @@ class ServerSettings(BaseSettings):
     connect_timeout_s: float = Field(20.0, gt=0)  # offer answered -> media flowing
     ice_timeout_s: float = Field(5.0, gt=0)  # offer answered -> ICE connected, or the slot frees
     max_remote_candidates: int = Field(16, ge=1, le=256)
+    # Per session (app/media/ice_bounds.py): outgoing STUN requests in any one second, and candidates learnt
+    # from binding requests of addresses the offer did not list (peer-reflexive).
+    ice_checks_per_s: int = Field(20, ge=1, le=1000)
+    max_peer_reflexive_candidates: int = Field(8, ge=0, le=256)
     # Addresses media sockets bind and advertise; empty = the bind host when it is one address, else every
     # interface.
     ice_host_addresses: list[str] = Field(default_factory=list)
@@ -132,7 +140,7 @@ class ServerSettings(BaseSettings):
                 raise ValueError(f"{network!r} is not a network such as 192.168.1.0/24") from None
         return value
 
-    @field_validator("rate_uploads", "rate_sessions", "rate_streams")
+    @field_validator("rate_uploads", "rate_sessions", "rate_streams", "rate_per_address", "rate_auth_failures")
     @classmethod
     def _rate(cls, value: str) -> str:
         try:

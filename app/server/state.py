@@ -15,6 +15,7 @@ from app.identity.images import decode_slots
 from app.identity.quota import IdentityQuota, UsageOf
 from app.identity.store import IdentityNotFound, IdentityStore, IdentityUnreadable, is_identity_id
 from app.identity.validate import PreparedSpec
+from app.media.ice_bounds import IceBounds
 from app.media.webrtc import SessionConfig, use_host_addresses
 from app.model_store import open_model_store
 from app.observability import Metrics
@@ -170,6 +171,9 @@ class ServerState:
                 media_timeout_s=s.media_timeout_s,
                 ice_timeout_s=s.ice_timeout_s,
                 max_remote_candidates=s.max_remote_candidates,
+                ice_bounds=IceBounds(
+                    checks_per_s=s.ice_checks_per_s, max_peer_reflexive=s.max_peer_reflexive_candidates
+                ),
             ),
             max_per_owner=s.max_sessions_per_principal,
             publisher_factory=self.rtsp.publish if self.rtsp.available else None,
@@ -184,6 +188,7 @@ class ServerState:
             max_per_owner=s.max_streams_per_principal,
             give_up=GiveUp(attempts=s.stream_give_up_attempts, seconds=s.stream_give_up_s),
             provenance=self.provenance,
+            source_check=self.ingest_policy.check_and_probe,
         )
         self.ready = True
         self.not_ready_reason = ""

@@ -16,7 +16,7 @@ from typing import Any
 
 import av
 
-from app.media.rtsp_in import IngestWorker
+from app.media.rtsp_in import IngestWorker, SourceForbidden, is_live_source
 from app.observability import Metrics
 from app.pipeline.pipeline import FramePipeline
 from app.pipeline.swap import PreparedSource
@@ -25,7 +25,7 @@ from app.pipeline.types import Image
 from app.provenance.service import FrameMarker, Provenance
 from app.runtime.batcher import BatcherError
 from app.server.admission import Admission
-from app.server.ingest_policy import coarse_error, redact_credentials
+from app.server.ingest_policy import CheckedSource, HostUnresolved, SourceRefused, coarse_error, redact_credentials
 from app.server.rtsp import FramePublisher, RtspOutput
 
 log = logging.getLogger(__name__)
@@ -227,8 +227,12 @@ class StreamManager:
         max_per_owner: int | None = None,
         give_up: GiveUp | None = None,
         provenance: Provenance | None = None,
+        source_check: Callable[[str], CheckedSource] | None = None,
     ) -> None:
         self.pipeline = pipeline
+        # The host policy and redirect refusal (IngestPolicy.check_and_probe), applied before every open of a live
+        # source, reconnects included: a name may resolve elsewhere later, a source may start redirecting later.
+        self._source_check = source_check
         self._provenance = provenance
         self._metrics = metrics
         self._rtsp = rtsp
@@ -318,8 +322,11 @@ class StreamManager:
     async def _start(self, stream: Stream) -> None:
         publisher = stream.publisher = LazyPublisher(self._rtsp, stream.rtsp_path)
         loop = self._loop = asyncio.get_running_loop()
+        checked = self._source_check is not None and is_live_source(stream.requested_url)
         # With the size known the RTSP path exists at once; otherwise it appears with the first frame.
         try:
+            if checked:
+                await loop.run_in_executor(None, self._check_now, stream)  # the probe opens the source too
             size = await loop.run_in_executor(None, probe_size, stream.source_url)
             if size is not None:
                 await loop.run_in_executor(None, publisher.open, *size)
@@ -330,14 +337,33 @@ class StreamManager:
                 on_state=lambda state: self._on_state(stream, state),
                 give_up_attempts=self._give_up.attempts,
                 give_up_s=self._give_up.seconds,
+                before_open=(lambda: self._check_before_open(stream)) if checked else None,
             )
             stream.worker = worker
             await loop.run_in_executor(None, worker.start)
         except BaseException as exc:
             await asyncio.shield(loop.run_in_executor(None, _stop_stream, stream))
+            if isinstance(exc, SourceRefused):
+                raise
             if isinstance(exc, Exception):
                 raise StreamsUnavailable(f"cannot start the stream: {coarse_error(str(exc))}") from None
             raise
+
+    def _check_now(self, stream: Stream) -> str:
+        """The stream's source checked again as the client gave it; what to open now. Blocks."""
+        assert self._source_check is not None
+        stream.source_url = self._source_check(stream.requested_url).connect_url
+        return stream.source_url
+
+    def _check_before_open(self, stream: Stream) -> str:
+        """For the ingest worker, before each open: a refusal fails the stream, a name that does not resolve
+        now is retried like a source that does not answer."""
+        try:
+            return self._check_now(stream)
+        except HostUnresolved as exc:
+            raise OSError(str(exc)) from None
+        except SourceRefused as exc:
+            raise SourceForbidden(str(exc)) from None
 
     def _on_state(self, stream: Stream, state: str) -> None:
         """From the ingest thread: a stream that failed gives its slot back (on the event loop)."""

@@ -10,7 +10,7 @@ from pydantic import BaseModel, Field
 
 from app.auth.guard import AccessDep, StreamsUser, client_address
 from app.server.deps import RevocationDep, StateDep, StreamsDep
-from app.server.ingest_policy import CheckedSource, refuse_redirects
+from app.server.ingest_policy import CheckedSource
 from app.server.owned import owned_source, owned_stream
 from app.server.settings import ServerSettings
 
@@ -87,9 +87,7 @@ async def _checked(state: StateDep, source_url: str) -> CheckedSource:
     if "://" not in source_url:
         return CheckedSource(source_url, source_url, "")
     loop = asyncio.get_running_loop()
-    checked = await loop.run_in_executor(state.control_executor, state.ingest_policy.check, source_url)
-    await loop.run_in_executor(state.control_executor, refuse_redirects, checked)
-    return checked
+    return await loop.run_in_executor(state.control_executor, state.ingest_policy.check_and_probe, source_url)
 
 
 @router.post("/{stream_id}/restart")

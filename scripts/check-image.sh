@@ -106,8 +106,8 @@ status=starting
 for _ in $(seq 1 120); do
     status=$("$DOCKER" inspect "$container" --format '{{.State.Health.Status}}')
     [ "$status" = healthy ] && break
-    if [ "$("$DOCKER" inspect "$container" --format '{{.State.Running}}')" != true ]; then
-        "$COMPOSE" logs swapcast >&2; fail "the swapcast container exited before it was healthy"
+    if [ "$("$DOCKER" inspect "$container" --format '{{.State.Running}} {{.RestartCount}}')" != "true 0" ]; then
+        "$COMPOSE" logs swapcast >&2; fail "the swapcast container exited before it was healthy (its log is above)"
     fi
     sleep 1
 done

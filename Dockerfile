@@ -23,13 +23,14 @@ WORKDIR /src
 COPY pyproject.toml ./
 
 # ----------------------------------------------------------------------------------------------- deps
-# The runtime venv's dependencies. PyGObject (RTSP output) comes from Debian's python3-gi through the system
-# site packages, so nothing is compiled.
+# The runtime venv's dependencies, with the triton extra (the Triton backend, `swapcast triton export` in the
+# models Job). PyGObject (RTSP output) comes from Debian's python3-gi through the system site packages, so
+# nothing is compiled.
 FROM python AS deps
 RUN --mount=type=secret,id=pip_ca --mount=type=cache,target=/root/.cache/pip \
     if [ -s /run/secrets/pip_ca ]; then export PIP_CERT=/run/secrets/pip_ca; fi \
     && python3 -m venv --system-site-packages /opt/swapcast \
-    && python3 -c "import tomllib; print(*tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies'], sep='\n')" \
+    && python3 -c "import tomllib; p = tomllib.load(open('pyproject.toml', 'rb'))['project']; print(*p['dependencies'], *p['optional-dependencies']['triton'], sep='\n')" \
         > /tmp/requirements.txt \
     && /opt/swapcast/bin/pip install --no-compile -r /tmp/requirements.txt
 
@@ -41,7 +42,7 @@ COPY engines ./engines
 RUN --mount=type=secret,id=pip_ca --mount=type=cache,target=/root/.cache/pip \
     if [ -s /run/secrets/pip_ca ]; then export PIP_CERT=/run/secrets/pip_ca; fi \
     && /opt/swapcast/bin/pip install --no-compile --no-deps . \
-    && /opt/swapcast/bin/python -c "import cv2, onnxruntime, av, aiortc, app.cli"
+    && /opt/swapcast/bin/python -c "import cv2, onnxruntime, av, aiortc, tritonclient.grpc, app.cli"
 
 # ------------------------------------------------------------------------------------------- importer
 # What only the model importers need (the assets and mesh-import extras, ncnn), added to a copy of the deps

@@ -29,8 +29,10 @@ skip() { echo "image check skipped: $*"; exit 0; }
 seconds_since() { echo $(( $(date +%s) - $1 )); }
 
 [ "$(id -u)" = 0 ] || skip "its own Docker daemon needs root (running as uid $(id -u))"
-for tool in dockerd "$DOCKER" "$COMPOSE" mmdebstrap; do
-    command -v "$tool" >/dev/null || skip "$tool is not installed (scripts/setup.sh installs docker.io, docker-compose and mmdebstrap with apt)"
+command -v dockerd >/dev/null || skip "no Docker engine on this machine (scripts/setup.sh installs docker.io with apt)"
+KUBECTL="$(command -v kubectl || echo "${VENV:-.venv}/bin/kubectl")"
+for tool in "$DOCKER" "$COMPOSE" mmdebstrap "$KUBECTL"; do
+    command -v "$tool" >/dev/null || fail "$tool is not installed (scripts/setup.sh installs it)"
 done
 mkdir -p "$WORK"
 
@@ -85,6 +87,23 @@ echo "image $PROMETHEUS built from Debian's prometheus package"
 if "$DOCKER" image inspect swapcast:cpu --format '{{.Config.Env}}' | grep -q "pip_ca\|PIP_CERT"; then
     fail "the build CA is referenced by the image"
 fi
+
+# The Kubernetes models Job's script (rendered from the cpu overlay), run in the image as that Job runs it:
+# non-root, read-only root, an empty directory as the models volume. It must leave the face mesh verified,
+# a Triton repository and the ready mark.
+step=$(date +%s)
+job_script=$("$KUBECTL" kustomize deploy/k8s/overlays/cpu | python3 -c '
+import sys, yaml
+(job,) = [d for d in yaml.safe_load_all(sys.stdin) if d and d["kind"] == "Job"]
+print(job["spec"]["template"]["spec"]["containers"][0]["args"][0])') || fail "cannot render the models Job"
+rm -rf "$WORK/job-models" && mkdir -p "$WORK/job-models" && chown 10001:10001 "$WORK/job-models"
+"$DOCKER" run --rm --network host --read-only --tmpfs /tmp -v "$WORK/job-models:/models" --entrypoint sh \
+    swapcast:cpu -c "$job_script" >"$WORK/job.log" 2>&1 || { cat "$WORK/job.log" >&2; fail "the models Job's script failed in the image"; }
+[ -f "$WORK/job-models/.ready" ] && [ -f "$WORK/job-models/face_mesh_468.onnx" ] \
+    && ls "$WORK"/job-models/triton/*/config.pbtxt >/dev/null 2>&1 \
+    || { cat "$WORK/job.log" >&2; fail "the models Job left no ready mark, face mesh or Triton repository"; }
+echo "the models Job's script filled a models volume in $(seconds_since "$step") s (face mesh, Triton repository, ready mark)"
+rm -rf "$WORK/job-models"
 
 # Compose as a user runs it (host networking), on free ports so that nothing else on the host is in the way.
 read -r PORT RTSP_PORT PROMETHEUS_PORT < <(python3 -c "

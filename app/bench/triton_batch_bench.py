@@ -16,6 +16,7 @@ gRPC, and over Triton with system shared memory (what the media tier saves by sh
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import os
 import queue
@@ -173,10 +174,8 @@ def run_mode(mode: str, config: TritonBenchConfig) -> list[dict[str, Any]]:
     try:
         for cell, sessions in enumerate(config.sessions):
             before = stats.read() if stats else None
-            try:
+            with contextlib.suppress(threading.BrokenBarrierError):  # a process failed: its message is queued
                 barrier.wait(CELL_TIMEOUT_S)
-            except threading.BrokenBarrierError:
-                pass  # a process failed: its message is in the queue
             merged: list[SessionResult] = []
             elapsed = 0.0
             for _ in processes:
@@ -224,7 +223,7 @@ def measure_transport(config: TritonBenchConfig, store: ModelStore) -> dict[str,
         shared.close()
     timings: dict[str, list[float]] = {name: [] for name in runners}
     try:
-        for name, runner in runners.items():
+        for runner in runners.values():
             runner.run(feeds)  # warm-up
         for _ in range(config.transport_calls):
             for name, runner in runners.items():

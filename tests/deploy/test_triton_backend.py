@@ -4,6 +4,7 @@ concurrent callers are batched by Triton's dynamic batcher, a pipeline through T
 in-process pipeline gives, tensors through system shared memory match too, and a server that is down or lacks
 the model is a clear ModelError."""
 
+import json
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -164,3 +165,26 @@ def test_shared_memory_outputs_match_the_in_process_models(
         after = set(client.get_system_shared_memory_status(as_json=True).get("regions", {}))
         client.close()
     assert after == before, "closed models leave no region registered"
+
+
+def test_bench_batch_over_triton_from_two_media_processes(
+    triton: TritonServer, store: ModelStore, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "bench.json"
+    args = ["bench-batch", "--backend", "triton", "--triton-url", triton.url, "--sessions", "1,3"]
+    assert main([*args, "--seconds", "0.6", "--output", str(out)]) == 0
+    result = json.loads(out.read_text())
+    assert json.loads(capsys.readouterr().out) == result
+    assert result["benchmark"] == "batch-triton" and result["media_processes"] == 2
+    assert [row["sessions"] for row in result["rows"]] == [1, 3]
+    for row in result["rows"]:
+        for mode in ("in_process", "triton"):
+            cell = row[mode]
+            assert cell["errors"] == 0 and cell["frames_processed"] > 0 and cell["faces_per_s"] > 0
+            assert cell["latency_ms"]["p99"] >= cell["latency_ms"]["p50"] > 0
+        # Triton's own statistics: the swaps were items on the server, grouped into batches of one or more.
+        assert row["triton"]["triton_items"] > 0
+        assert row["triton"]["triton_mean_batch"] >= 1.0
+    latency = result["transport"]["latency_ms"]
+    assert set(latency) == {"in_process", "triton_grpc", "triton_shared_memory"}
+    assert all(stats["n"] == 60 and stats["p50"] > 0 for stats in latency.values())

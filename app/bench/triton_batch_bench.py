@@ -16,7 +16,6 @@ gRPC, and over Triton with system shared memory (what the media tier saves by sh
 
 from __future__ import annotations
 
-import contextlib
 import multiprocessing
 import os
 import queue
@@ -92,8 +91,20 @@ def _pipeline(mode: str, config: TritonBenchConfig, store: ModelStore) -> tuple[
     swap: Any = BatchedStage(engine, settings, registry, name="swap") if mode == "in_process" else engine
     stages = Stages(detect=BatchedStage(live_detector, settings, registry), swap=swap)
     pipeline = FramePipeline(detector, engine, config=PipelineConfig(paste=PasteConfig(mask="box")), stages=stages)
-    pipeline.process([frames[0]], source)  # warm-up
     return pipeline, source, frames
+
+
+def _warm_up(pipeline: FramePipeline, source: Any, frame: Any, attempts: int = 5) -> None:
+    """One frame through the pipeline. Triton refuses items queued past the deadline its repository was
+    exported with (250 ms by default), which a cold server loading on busy cores can exceed: retried."""
+    for attempt in range(attempts):
+        try:
+            pipeline.process([frame], source)
+            return
+        except ModelError:
+            if attempt == attempts - 1:
+                raise
+            time.sleep(0.5)
 
 
 def media_process(index: int, mode: str, config: TritonBenchConfig, barrier: Any, results: Any) -> None:
@@ -101,24 +112,21 @@ def media_process(index: int, mode: str, config: TritonBenchConfig, barrier: Any
     pipeline = None
     try:
         pipeline, source, frames = _pipeline(mode, config, ModelStore(config.model_dir))
+        _warm_up(pipeline, source, frames[0])
         for cell, sessions in enumerate(config.sessions):
+            results.put(("ready", index, None))
             barrier.wait(CELL_TIMEOUT_S)
-            share = _share(sessions, config.media_processes, index)
-            if share:
-                sessions_results, elapsed = run_sessions(pipeline, source, frames, share, config.seconds, config.fps)
-            else:
-                sessions_results, elapsed = [], 0.0
-            results.put((cell, index, sessions_results, elapsed, None))
+            share = _share(sessions, config.media_processes, index)  # 0: this process idles through the cell
+            outcome = run_sessions(pipeline, source, frames, share, config.seconds, config.fps)
+            results.put(("done", index, (cell, *outcome)))
     except threading.BrokenBarrierError:
         return  # another process failed and said why
     except BaseException as exc:  # reported to the parent, which stops the run with this message
-        results.put((-1, index, [], 0.0, f"{type(exc).__name__}: {exc}"))
+        results.put(("error", index, f"{type(exc).__name__}: {exc}"))
         barrier.abort()
     finally:
         if pipeline is not None:
-            for stage in (pipeline.stages.detect, pipeline.stages.swap):
-                if isinstance(stage, BatchedStage):
-                    stage.batcher.close(timeout=5.0)
+            pipeline.close()  # batchers and models: the Triton model frees its shared-memory regions
 
 
 class TritonStatistics:
@@ -158,6 +166,45 @@ class TritonStatistics:
         self._client.close()
 
 
+class Inbox:
+    """Messages from the media processes, taken by kind: a process may report it is ready for the next cell
+    while another still finishes this one. A process that failed or died stops the run at once."""
+
+    def __init__(self, results: Any, processes: list[Any], mode: str) -> None:
+        self._results = results
+        self._processes = processes
+        self._mode = mode
+        self._early: list[tuple[str, int, Any]] = []
+
+    def take(self, kind: str) -> list[Any]:
+        """The payload of one `kind` message from every process, in process order."""
+        taken: dict[int, Any] = {}
+        for message in [m for m in self._early if m[0] == kind]:
+            self._early.remove(message)
+            taken[message[1]] = message[2]
+        deadline = time.monotonic() + CELL_TIMEOUT_S
+        while len(taken) < len(self._processes):
+            try:
+                got, index, payload = self._results.get(timeout=0.5)
+            except queue.Empty:
+                self._check_alive(set(taken), deadline)
+                continue
+            if got == "error":
+                raise ModelError(f"bench-batch: {self._mode} media process {index} failed: {payload}")
+            if got == kind:
+                taken[index] = payload
+            else:
+                self._early.append((got, index, payload))
+        return [taken[index] for index in sorted(taken)]
+
+    def _check_alive(self, reported: set[int], deadline: float) -> None:
+        for index, process in enumerate(self._processes):
+            if index not in reported and process.exitcode is not None:
+                raise ModelError(f"bench-batch: {self._mode} media process {index} exited with code {process.exitcode}")
+        if time.monotonic() > deadline:
+            raise ModelError(f"bench-batch: a {self._mode} media process did not report in time")
+
+
 def run_mode(mode: str, config: TritonBenchConfig) -> list[dict[str, Any]]:
     """Every cell of one mode, over `media_processes` spawned processes; one summary per cell."""
     context = multiprocessing.get_context("spawn")
@@ -168,23 +215,18 @@ def run_mode(mode: str, config: TritonBenchConfig) -> list[dict[str, Any]]:
         for index in range(config.media_processes)
     ]
     stats = TritonStatistics(config.url, config.network) if mode == "triton" else None
+    inbox = Inbox(results, processes, mode)
     cells: list[dict[str, Any]] = []
     for process in processes:
         process.start()
     try:
         for cell, sessions in enumerate(config.sessions):
+            inbox.take("ready")  # every process built and warmed up, or done with the previous cell
             before = stats.read() if stats else None
-            with contextlib.suppress(threading.BrokenBarrierError):  # a process failed: its message is queued
-                barrier.wait(CELL_TIMEOUT_S)
+            barrier.wait(CELL_TIMEOUT_S)
             merged: list[SessionResult] = []
             elapsed = 0.0
-            for _ in processes:
-                try:
-                    got_cell, index, session_results, took, error = results.get(timeout=CELL_TIMEOUT_S)
-                except queue.Empty:
-                    raise ModelError(f"bench-batch: a {mode} media process did not report in time") from None
-                if error is not None:
-                    raise ModelError(f"bench-batch: {mode} media process {index} failed: {error}")
+            for got_cell, session_results, took in inbox.take("done"):
                 assert got_cell == cell
                 merged.extend(session_results)
                 elapsed = max(elapsed, took)

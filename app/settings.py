@@ -61,6 +61,8 @@ class PipelineSettings(BaseSettings):
     # fp16 and int8 load the variants made by `swapcast engines fp16|int8|build-trt NAME` when present.
     precision: Precision = "fp32"
     triton_url: str = "127.0.0.1:8001"  # gRPC address of the Triton server for backend "triton"
+    # Tensors through system shared memory: auto = when triton_url is loopback (the server on this host).
+    triton_shm: Literal["auto", "on", "off"] = "auto"
 
     @property
     def local_backend(self) -> LocalBackend:

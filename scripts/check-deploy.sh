@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Static checks of everything under deploy/ and the images, all offline: hadolint on both Dockerfiles,
+# Static checks of everything under deploy/ and the images, all offline: hadolint on every Dockerfile,
 # the compose files against the Compose Specification, every kustomize overlay rendered and validated
 # strictly against the Kubernetes schemas, every Triton config.pbtxt parsed against Triton's model-config
 # protobuf, the HAProxy routing config, the Prometheus configs and every dashboard query (promtool).
@@ -9,8 +9,8 @@ cd "$(dirname "$0")/.."
 BIN="${VENV:-.venv}/bin"
 KUBECTL="$(command -v kubectl || echo "$BIN/kubectl")"
 
-echo "hadolint: Dockerfile Dockerfile.gpu"
-"$BIN/hadolint" Dockerfile Dockerfile.gpu
+echo "hadolint: Dockerfile Dockerfile.gpu deploy/prometheus/Dockerfile"
+"$BIN/hadolint" Dockerfile Dockerfile.gpu deploy/prometheus/Dockerfile
 
 for file in docker-compose.yml docker-compose.bridge.yml; do
     "$BIN/check-jsonschema" --builtin-schema vendor.compose-spec "$file" >/dev/null

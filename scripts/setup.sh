@@ -21,6 +21,9 @@ if command -v apt-get >/dev/null 2>&1 && { [ "$(id -u)" -eq 0 ] || [ -n "$SUDO" 
     # haproxy: `haproxy -c` on the session-routing config and the two-replica routing test. coturn: the
     # TURN test of time-limited credentials. prometheus: promtool checks and a real scrape of the server.
     $SUDO apt-get install -y -qq --no-install-recommends haproxy coturn prometheus >/dev/null
+    # docker.io, docker-compose and mmdebstrap: the CPU image built and brought up with compose
+    # (scripts/check-image.sh; the base image comes from Debian's archive).
+    $SUDO apt-get install -y -qq --no-install-recommends docker.io docker-compose mmdebstrap >/dev/null
 fi
 
 python3 -m venv .venv

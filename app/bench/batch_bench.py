@@ -83,9 +83,10 @@ def run_session(
     result.offered = int((stop - start) * fps)
 
 
-def run_cell(
+def run_sessions(
     pipeline: FramePipeline, source: PreparedSource, frames: list[Image], sessions: int, seconds: float, fps: int
-) -> dict[str, Any]:
+) -> tuple[list[SessionResult], float]:
+    """`sessions` live sessions for `seconds`; their results and the time taken (frames in flight included)."""
     results = [SessionResult() for _ in range(sessions)]
     start = time.monotonic() + 0.05
     stop = start + seconds
@@ -100,12 +101,15 @@ def run_cell(
         t.start()
     for t in threads:
         t.join()
-    elapsed = time.monotonic() - start  # includes finishing the frames in flight at `stop`
+    return results, time.monotonic() - start  # includes finishing the frames in flight at `stop`
+
+
+def summarize(results: list[SessionResult], elapsed: float) -> dict[str, Any]:
     latencies = [x for r in results for x in r.latencies]
     offered = sum(r.offered for r in results)
     processed = len(latencies)
     return {
-        "faces_per_s": round(sum(r.faces for r in results) / elapsed, 2),
+        "faces_per_s": round(sum(r.faces for r in results) / elapsed, 2) if elapsed > 0 else 0.0,
         "frames_processed": processed,
         "latency_ms": percentiles_ms(latencies),
         "offered": offered,
@@ -113,6 +117,12 @@ def run_cell(
         "dropped_fraction": round(1 - processed / offered, 3) if offered else None,
         "errors": sum(r.errors for r in results),
     }
+
+
+def run_cell(
+    pipeline: FramePipeline, source: PreparedSource, frames: list[Image], sessions: int, seconds: float, fps: int
+) -> dict[str, Any]:
+    return summarize(*run_sessions(pipeline, source, frames, sessions, seconds, fps))
 
 
 def _mean_batch(stage: object) -> float | None:

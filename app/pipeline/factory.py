@@ -38,7 +38,7 @@ def _load(path: Path, settings: PipelineSettings, *, source: Path, source_sha256
     if settings.backend == "triton":
         from app.runtime.triton import TritonModel
 
-        return TritonModel(settings.triton_url, source, name=source.stem)
+        return TritonModel(settings.triton_url, source, name=source.stem, shared_memory=settings.triton_shm)
     return load_backend(
         path, settings.local_backend, settings.threads, settings.precision, source=source, source_sha256=source_sha256
     )

@@ -1,8 +1,10 @@
 """The Triton backend against a real `tritonserver` serving the repository `swapcast triton export` writes
 (python backend, ONNX Runtime on the same ONNX files): outputs match the in-process models within 1e-5,
 concurrent callers are batched by Triton's dynamic batcher, a pipeline through Triton gives the frames the
-in-process pipeline gives, and a server that is down or lacks the model is a clear ModelError."""
+in-process pipeline gives, tensors through system shared memory match too, and a server that is down or lacks
+the model is a clear ModelError."""
 
+import json
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -123,3 +125,66 @@ def test_clear_errors_when_the_server_is_down_or_the_model_missing(triton: Trito
         TritonModel(triton.url, Path("/models/no_such_model.onnx"))
     with pytest.raises(ModelError, match="is not reachable"):
         TritonModel("127.0.0.1:1", store.path("reference_recognizer"), timeout_s=2.0)
+
+
+def test_shared_memory_outputs_match_the_in_process_models(
+    triton: TritonServer, store: ModelStore, t1: Image, astronaut: Image
+) -> None:
+    client = grpcclient.InferenceServerClient(triton.url)
+    before = set(client.get_system_shared_memory_status(as_json=True).get("regions", {}))
+    local = OnnxModel(store.path("reference_recognizer"), threads=1)
+    shared = TritonModel(triton.url, store.path("reference_recognizer"), shared_memory="on")
+    plain = TritonModel(triton.url, store.path("reference_recognizer"), shared_memory="off")
+    auto = TritonModel(triton.url, store.path("reference_recognizer"))
+    assert shared.uses_shared_memory and not plain.uses_shared_memory
+    assert auto.uses_shared_memory  # auto: the URL is loopback
+    auto.close()
+    name = local.input_names[0]
+    try:
+        # Batches of different sizes: the leased region grows and is reused.
+        for crops in (_crops([t1], 112), _crops([t1, astronaut, t1[::-1].copy()], 112), _crops([astronaut], 112)):
+            expected = local.run({name: crops})
+            for remote_out, local_out in zip(shared.run({name: crops}), expected, strict=True):
+                assert remote_out.shape == local_out.shape
+                assert np.abs(remote_out - local_out).max() <= 1e-5
+        registered = set(client.get_system_shared_memory_status(as_json=True).get("regions", {}))
+        assert registered - before, "no shared-memory region was registered"
+        # The swapper has two inputs (target crop and source latent), both through shared memory.
+        swapper = TritonModel(triton.url, store.path("reference_swapper_narrow"), shared_memory="on")
+        local_swapper = OnnxModel(store.path("reference_swapper_narrow"), threads=1)
+        rng = np.random.default_rng(0)
+        feeds = {
+            spec.name: rng.random([2, *spec.shape[1:]], dtype=np.float32) for spec in local_swapper.session.get_inputs()
+        }
+        for remote_out, local_out in zip(swapper.run(feeds), local_swapper.run(feeds), strict=True):
+            assert np.abs(remote_out - local_out).max() <= 1e-5
+        swapper.close()
+    finally:
+        shared.close()
+        plain.close()
+        after = set(client.get_system_shared_memory_status(as_json=True).get("regions", {}))
+        client.close()
+    assert after == before, "closed models leave no region registered"
+
+
+def test_bench_batch_over_triton_from_two_media_processes(
+    triton: TritonServer, store: ModelStore, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "bench.json"
+    args = ["bench-batch", "--backend", "triton", "--triton-url", triton.url, "--sessions", "1,3"]
+    assert main([*args, "--seconds", "0.6", "--output", str(out)]) == 0
+    result = json.loads(out.read_text())
+    assert json.loads(capsys.readouterr().out) == result
+    assert result["benchmark"] == "batch-triton" and result["media_processes"] == 2
+    assert [row["sessions"] for row in result["rows"]] == [1, 3]
+    for row in result["rows"]:
+        for mode in ("in_process", "triton"):
+            cell = row[mode]
+            assert cell["errors"] == 0 and cell["frames_processed"] > 0 and cell["faces_per_s"] > 0
+            assert cell["latency_ms"]["p99"] >= cell["latency_ms"]["p50"] > 0
+        # Triton's own statistics: the swaps were items on the server, grouped into batches of one or more.
+        assert row["triton"]["triton_items"] > 0
+        assert row["triton"]["triton_mean_batch"] >= 1.0
+    latency = result["transport"]["latency_ms"]
+    assert set(latency) == {"in_process", "triton_grpc", "triton_shared_memory"}
+    assert all(stats["n"] == 60 and stats["p50"] > 0 for stats in latency.values())

@@ -20,6 +20,7 @@ from app.errors import UserError
 from app.pipeline.align import AlignSpec, estimate_matrix, transform_points, warp_crop
 from app.pipeline.color import lab_stats, transfer_color
 from app.pipeline.landmarks import CropLandmarks, FaceMeshLandmarker, Mesh, five_points
+from app.pipeline.mesh_track import MeshTracking
 from app.pipeline.mesh_warp import (
     FACE_OVAL,
     LEFT_EYE_OPENING,
@@ -94,9 +95,16 @@ class MeshEngine:
     def close(self) -> None:
         self.landmarker.close()
 
+    def new_landmark_tracking(self) -> MeshTracking:
+        """Per-stream state that follows each face's landmarks from frame to frame (app.pipeline.mesh_track)."""
+        return MeshTracking(self.landmarker)
+
     def process(self, batch: list[SwapItem], *, session: str = DEFAULT_SESSION) -> list[Image]:
         check_sources(self, batch)
-        meshes = self.crop_landmarks.process([item.crop for item in batch])
+        # Landmarks tracked by the caller (app.pipeline.mesh_track) are used as given; the rest are found here.
+        untracked = [i for i, item in enumerate(batch) if item.mesh is None]
+        found = dict(zip(untracked, self.crop_landmarks.process([batch[i].crop for i in untracked]), strict=True))
+        meshes = [found[i] if item.mesh is None else item.mesh for i, item in enumerate(batch)]
         return [
             item.crop.copy() if mesh is None else self.swap_one(item.crop, item.source.data, mesh)
             for item, mesh in zip(batch, meshes, strict=True)

@@ -8,8 +8,9 @@ faces exist (detections, entries, exits, the face-lost policy); the mesh only sa
 
 A face's chain restarts from the tracker's points when there is none yet, when the two disagree by more than
 `max_disagreement` eye distances (the detector found the face somewhere else: it jumped, or the chain
-drifted onto something else), or when the model's face score collapses (`collapsed`: the caller then asks
-for a detection and swaps that frame from the tracker's points as before).
+drifted onto something else), or when the model's face score collapses (`collapsed`: the same frame is
+retried from the tracker's points and the caller asks for a detection). A face found from neither framing
+is covered by the face-lost policy (`unfound_as_lost`).
 """
 
 from dataclasses import dataclass, replace
@@ -70,25 +71,39 @@ class MeshTracking:
         out_meshes: list[list[Mesh | None]] = []
         self.collapsed = False
         for frame, frame_faces in zip(frames, faces, strict=True):
-            matrices = [estimate_matrix(self.seed(face), ROI) for face in frame_faces]
-            rois = [warp_crop(frame, matrix, INPUT_SIZE) for matrix in matrices]
-            found = self.landmarker.process(rois)
+            seeds = [self.seed(face) for face in frame_faces]
+            found = self._landmarks(frame, seeds)
+            # A chain that lost its face is retried from the tracker's points (the face may be where the
+            # tracker says and the chain drifted): only a face found from neither is left without a mesh.
+            retry = [i for i, face in enumerate(frame_faces) if found[i] is None and seeds[i] is not face.landmarks]
+            for i, again in zip(retry, self._landmarks(frame, [frame_faces[i].landmarks for i in retry]), strict=True):
+                found[i] = again
             moved: list[Face] = []
             meshes: list[Mesh | None] = []
-            for face, matrix, mesh in zip(frame_faces, matrices, found, strict=True):
+            for face, mesh in zip(frame_faces, found, strict=True):
                 if mesh is None:
                     self._meshes.pop(face.track_id, None)
                     self.collapsed = True
                     moved.append(face)
                     meshes.append(None)
                     continue
-                in_frame = mesh_in(mesh, cv2.invertAffineTransform(matrix))
-                self._meshes[face.track_id] = in_frame
-                moved.append(replace(face, landmarks=five_points(in_frame)))
-                meshes.append(in_frame)
+                self._meshes[face.track_id] = mesh
+                moved.append(replace(face, landmarks=five_points(mesh)))
+                meshes.append(mesh)
             out_faces.append(moved)
             out_meshes.append(meshes)
         return out_faces, out_meshes
+
+    def _landmarks(self, frame: Image, seeds: list[np.ndarray]) -> list[Mesh | None]:
+        """Meshes in frame pixels, each found on a crop framed by its five `seeds` points."""
+        if not seeds:
+            return []
+        matrices = [estimate_matrix(seed, ROI) for seed in seeds]
+        found = self.landmarker.process([warp_crop(frame, matrix, INPUT_SIZE) for matrix in matrices])
+        return [
+            None if mesh is None else mesh_in(mesh, cv2.invertAffineTransform(matrix))
+            for matrix, mesh in zip(matrices, found, strict=True)
+        ]
 
     def forget_except(self, track_ids: set[int]) -> None:
         """Drop the chains of faces whose tracks ended."""
@@ -101,3 +116,27 @@ class TracksLandmarks(Protocol):
     """A swap engine that takes dense landmarks tracked by the caller (`SwapItem.mesh`)."""
 
     def new_landmark_tracking(self) -> MeshTracking: ...
+
+
+def unfound_as_lost(
+    located: list[list[Face]], chosen: list[list[Face]], meshes: list[list[Mesh | None]]
+) -> tuple[list[list[Face]], list[list[Face]], list[list[Mesh | None]]]:
+    """Faces the landmark model finds from no framing (under a hand, half out of the frame) taken out of the
+    swap and marked lost, so the face-lost policy covers them: a swap engine that needs landmarks would
+    otherwise return such a crop as it is, showing the real face."""
+    unfound = [
+        {face.track_id for face, mesh in zip(frame_faces, frame_meshes, strict=True) if mesh is None}
+        for frame_faces, frame_meshes in zip(chosen, meshes, strict=True)
+    ]
+    if not any(unfound):
+        return located, chosen, meshes
+    kept_faces, kept_meshes = [], []
+    for frame_faces, frame_meshes, gone in zip(chosen, meshes, unfound, strict=True):
+        pairs = [(f, m) for f, m in zip(frame_faces, frame_meshes, strict=True) if f.track_id not in gone]
+        kept_faces.append([face for face, _ in pairs])
+        kept_meshes.append([mesh for _, mesh in pairs])
+    marked = [
+        [replace(face, status="lost") if face.track_id in gone else face for face in frame_faces]
+        for frame_faces, gone in zip(located, unfound, strict=True)
+    ]
+    return marked, kept_faces, kept_meshes

@@ -20,7 +20,7 @@ from app.pipeline.detect import RetinaFaceDetector
 from app.pipeline.face_choice import FaceChoice, choose_face
 from app.pipeline.landmarks import Mesh
 from app.pipeline.live import LiveTracking
-from app.pipeline.mesh_track import MeshTracking, TracksLandmarks, mesh_in
+from app.pipeline.mesh_track import MeshTracking, TracksLandmarks, mesh_in, unfound_as_lost
 from app.pipeline.paste import PasteBack, PasteConfig, PasteItem
 from app.pipeline.stage import DEFAULT_SESSION, Stage
 from app.pipeline.swap import PreparedSource, SwapEngine, SwapItem
@@ -177,6 +177,8 @@ class FramePipeline:
                 landmark_tracking.forget_except({face.track_id for faces in located for face in faces})
             if landmark_tracking.collapsed:
                 tracker.request_detection()
+            if tracker.config.on_face_lost != "pass":
+                located, chosen, found = unfound_as_lost(located, chosen, found)
             meshes = [mesh for frame_meshes in found for mesh in frame_meshes]
         with timer.stage("align"):
             aligned = align_faces(frames, chosen, self.engine.align)

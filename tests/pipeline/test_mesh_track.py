@@ -8,6 +8,7 @@ import pytest
 from app.bench.face_lost import count_revealed, face_lost_clip
 from app.bench.landmark_tracking import compare
 from app.media.clips import MotionClip, load_sample, make_motion_clip
+from app.names import FaceLostPolicy
 from app.pipeline.detect import DetectorConfig, RetinaFaceDetector
 from app.pipeline.landmarks import FaceMeshLandmarker, five_points
 from app.pipeline.mesh import MeshEngine
@@ -117,28 +118,29 @@ def test_the_pipeline_swaps_from_tracked_landmarks_with_one_pass_per_face(
 
 
 @pytest.mark.slow
-def test_tracked_landmarks_reveal_no_more_of_a_lost_face_than_fresh_ones(
+def test_hold_and_cover_never_reveal_a_face_the_landmark_model_cannot_find(
     small_detector: RetinaFaceDetector, landmarker: CountingLandmarker, astronaut: Image
 ) -> None:
-    """The face-lost clip (hand, fast motion, turn, exit) under `hold` with the mesh engine: following the
-    landmarks between detections shows the real face in no frame where landmarks found afresh do not."""
+    """The face-lost clip (hand, fast motion, turn, exit) with the mesh engine: where the landmark model finds
+    the face from neither its previous mesh nor the tracker (under the hand, half out of the frame) the face
+    is covered as a lost one. Without landmark tracking the engine leaves such crops as they are."""
     (faces,) = small_detector.process([astronaut])
     clip = face_lost_clip(astronaut, faces[0], size=(320, 240), face_width=75.0)
     source_photo = load_sample("tom_hanks")
-    revealed = {}
-    for track_landmarks in (False, True):
+
+    def revealed(policy: FaceLostPolicy, track_landmarks: bool) -> dict[str, object]:
         config = PipelineConfig(
-            tracker=TrackerConfig(detect_interval=3, on_face_lost="hold"),
+            tracker=TrackerConfig(detect_interval=3, on_face_lost=policy),
             paste=PasteConfig(mask="box", color_strength=0.0),
             track_landmarks=track_landmarks,
         )
         pipeline = FramePipeline(small_detector, MeshEngine(landmarker), config=config)
         source = pipeline.prepare_source(source_photo)
         tracker = pipeline.new_stream()
-        outputs = [pipeline.process([frame], source, tracker)[0].image for frame in clip.frames]
-        counts = count_revealed(clip, outputs)
-        assert counts["frames_showing_a_face"] >= 100, counts
-        revealed[track_landmarks] = set(counts["revealed_indices"])
-    # Measured: frames 38 (under the hand) and 101 (half out of the frame) either way: the landmark model
-    # finds no face there and the engine leaves the crop as it is.
-    assert revealed[True] <= revealed[False] and len(revealed[True]) <= 2, revealed
+        return count_revealed(clip, [pipeline.process([frame], source, tracker)[0].image for frame in clip.frames])
+
+    untracked = revealed("hold", False)  # the counting can fail: measured frames 38 and 101
+    assert untracked["frames_showing_a_face"] >= 100 and untracked["revealed_frames"] >= 1, untracked
+    for policy in ("hold", "cover"):
+        counts = revealed(policy, True)
+        assert counts["frames_showing_a_face"] >= 100 and counts["revealed_frames"] == 0, (policy, counts)

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
+from weakref import WeakKeyDictionary
 
 import cv2
 import numpy as np
@@ -17,7 +18,9 @@ from app.pipeline.align import align_faces
 from app.pipeline.cover import pixelate
 from app.pipeline.detect import RetinaFaceDetector
 from app.pipeline.face_choice import FaceChoice, choose_face
+from app.pipeline.landmarks import Mesh
 from app.pipeline.live import LiveTracking
+from app.pipeline.mesh_track import MeshTracking, TracksLandmarks, mesh_in, unfound_as_lost
 from app.pipeline.paste import PasteBack, PasteConfig, PasteItem
 from app.pipeline.stage import DEFAULT_SESSION, Stage
 from app.pipeline.swap import PreparedSource, SwapEngine, SwapItem
@@ -39,6 +42,8 @@ class PipelineConfig:
     # missed, moves fast or changes look); 1 detects every frame, still off the frame's path.
     live_detect_interval: int = 3
     live_detect_background: bool = False  # True: live frames do not wait for scheduled detections
+    # Engines that take dense landmarks (mesh) follow them from each face's previous frame (app.pipeline.mesh_track)
+    track_landmarks: bool = True
 
 
 @dataclass(frozen=True)
@@ -87,6 +92,7 @@ class FramePipeline:
         self.paster = PasteBack(self.config.paste)
         self.stages = stages or Stages(detector, engine, tuple(crops))
         self._detect_executor: ThreadPoolExecutor | None = None
+        self._landmark_tracks: WeakKeyDictionary[FaceTracker, MeshTracking] = WeakKeyDictionary()
 
     def close(self) -> None:
         """Stop the stages' batchers and release every model (idempotent)."""
@@ -163,10 +169,26 @@ class FramePipeline:
         if located is None:
             located = self.locate(frames, tracker, timer, session)
         chosen = [select_faces([f for f in faces if f.status != "lost"], self.config.faces) for faces in located]
+        meshes: list[Mesh | None] | None = None
+        landmark_tracking = self._landmark_tracking(tracker)
+        if tracker is not None and landmark_tracking is not None:
+            with timer.stage("landmarks"):
+                chosen, found = landmark_tracking.follow(frames, chosen)
+                landmark_tracking.forget_except({face.track_id for faces in located for face in faces})
+            if landmark_tracking.collapsed:
+                tracker.request_detection()
+            if tracker.config.on_face_lost != "pass":
+                located, chosen, found = unfound_as_lost(located, chosen, found)
+            meshes = [mesh for frame_meshes in found for mesh in frame_meshes]
         with timer.stage("align"):
             aligned = align_faces(frames, chosen, self.engine.align)
         with timer.stage("swap"):
-            swapped = self.stages.swap.process([SwapItem(a.crop, source) for a in aligned], session=session)
+            tracked = meshes or [None] * len(aligned)  # in the crops' pixels where the landmarks were tracked
+            swap_items = [
+                SwapItem(a.crop, source, None if mesh is None else mesh_in(mesh, a.matrix))
+                for a, mesh in zip(aligned, tracked, strict=True)
+            ]
+            swapped = self.stages.swap.process(swap_items, session=session)
         for stage in self.stages.crops:
             if swapped:
                 with timer.stage(stage.name):
@@ -185,6 +207,14 @@ class FramePipeline:
                     tracker.remember(face.face.track_id, item)
             images = self.paster.process(list(zip(frames, items, strict=True)))
         return [FrameResult(image, faces) for image, faces in zip(images, chosen, strict=True)]
+
+    def _landmark_tracking(self, tracker: FaceTracker | None) -> MeshTracking | None:
+        """The stream's landmark chains, when its engine takes tracked landmarks."""
+        if tracker is None or not self.config.track_landmarks or not isinstance(self.engine, TracksLandmarks):
+            return None
+        if tracker not in self._landmark_tracks:
+            self._landmark_tracks[tracker] = self.engine.new_landmark_tracking()
+        return self._landmark_tracks[tracker]
 
     def _cover_lost(self, tracker: FaceTracker, frame: Image, faces: list[Face], items: list[PasteItem]) -> Image:
         """Hide each lost face that was being swapped: pixelate its last region and, with `hold`, freeze its

@@ -35,6 +35,7 @@ class PreparedSource:
 class SwapItem:
     crop: Image
     source: PreparedSource
+    mesh: np.ndarray | None = None  # the crop's dense landmarks when the caller tracked them (468×3, crop pixels)
 
 
 class SwapEngine(Protocol):

@@ -131,14 +131,16 @@ class FaceTracker:
         self._tracks: list[_Track] = []
         self._next_id = 0
         self._frame = 0
+        self._asked = False  # a detection was asked for (`request_detection`) and has not come yet
 
     def due(self) -> bool:
         return self.due_at(0)
 
     def due_at(self, offset: int) -> bool:
         """Whether the frame `offset` frames after the next one needs detection: every K-th frame, and
-        every frame while a face is missed or moves fast (prediction alone would fall behind it)."""
-        if (self._frame + offset) % max(1, self.config.detect_interval) == 0:
+        every frame while a face is missed or moves fast (prediction alone would fall behind it), and the
+        next frame once a detection was asked for."""
+        if (self._frame + offset) % max(1, self.config.detect_interval) == 0 or (self._asked and offset == 0):
             return True
         return any(t.missed > 0 or t.speed() > self.config.fast_motion for t in self._tracks)
 
@@ -150,6 +152,10 @@ class FaceTracker:
     def reset(self) -> None:
         self._tracks.clear()
         self._frame = 0
+
+    def request_detection(self) -> None:
+        """Detect the next frame whatever the schedule (dense landmarks lost a face the tracker still has)."""
+        self._asked = True
 
     def update(self, detections: list[Face] | None, age: int = 0) -> list[Face]:
         """The faces of the next frame: seen (or predicted between detection rounds), predicted through a
@@ -164,6 +170,7 @@ class FaceTracker:
             track.predict(self.config)
             track.unseen += 1
         if detections is not None:
+            self._asked = False
             self._associate(detections, age)
         if self.config.on_face_lost == "pass":
             return [t.face(self.config) for t in self._tracks if t.missed == 0]

@@ -17,6 +17,7 @@ from app.pipeline.align import align_faces
 from app.pipeline.cover import pixelate
 from app.pipeline.detect import RetinaFaceDetector
 from app.pipeline.face_choice import FaceChoice, choose_face
+from app.pipeline.identity_map import FaceSources, MappedFaces
 from app.pipeline.live import LiveTracking
 from app.pipeline.paste import PasteBack, PasteConfig, PasteItem
 from app.pipeline.stage import DEFAULT_SESSION, Stage
@@ -114,7 +115,7 @@ class FramePipeline:
         return LiveTracking(tracker, self.stages.detect, self._detect_executor)
 
     def process_live(
-        self, frame: Image, source: PreparedSource, live: LiveTracking, timer: StageTimer, session: str
+        self, frame: Image, source: FaceSources, live: LiveTracking, timer: StageTimer, session: str
     ) -> FrameResult:
         """One live frame: located without waiting for detection, then swapped like any other (inline
         detection at `tracker.detect_interval` when `live_detect_background` is off)."""
@@ -150,23 +151,26 @@ class FramePipeline:
     def process(
         self,
         frames: list[Image],
-        source: PreparedSource,
+        source: FaceSources,
         tracker: FaceTracker | None = None,
         timer: StageTimer | None = None,
         session: str = DEFAULT_SESSION,
         located: list[list[Face]] | None = None,
     ) -> list[FrameResult]:
-        """Swap `source` into every selected face of `frames`. `session` names the caller for the
-        batchers' fairness when several streams share the models. `located`: the frames' faces when the
-        caller tracked them already (live streams)."""
+        """Swap `source` into every selected face of `frames` (with an identity map, each face's own identity;
+        faces that match nobody are left as they are). `session` names the caller for the batchers' fairness
+        when several streams share the models. `located`: the frames' faces when the caller tracked them
+        already (live streams)."""
         timer = timer or StageTimer()
         if located is None:
             located = self.locate(frames, tracker, timer, session)
         chosen = [select_faces([f for f in faces if f.status != "lost"], self.config.faces) for faces in located]
+        chosen, face_sources = self._sources(source, frames, chosen, timer)
         with timer.stage("align"):
             aligned = align_faces(frames, chosen, self.engine.align)
         with timer.stage("swap"):
-            swapped = self.stages.swap.process([SwapItem(a.crop, source) for a in aligned], session=session)
+            items = [SwapItem(a.crop, s) for a, s in zip(aligned, face_sources, strict=True)]
+            swapped = self.stages.swap.process(items, session=session)
         for stage in self.stages.crops:
             if swapped:
                 with timer.stage(stage.name):
@@ -185,6 +189,20 @@ class FramePipeline:
                     tracker.remember(face.face.track_id, item)
             images = self.paster.process(list(zip(frames, items, strict=True)))
         return [FrameResult(image, faces) for image, faces in zip(images, chosen, strict=True)]
+
+    @staticmethod
+    def _sources(
+        source: FaceSources, frames: list[Image], chosen: list[list[Face]], timer: StageTimer
+    ) -> tuple[list[list[Face]], list[PreparedSource]]:
+        """The faces to swap and, in `align_faces`' order, what to swap onto each."""
+        if not isinstance(source, MappedFaces):
+            return chosen, [source] * sum(len(faces) for faces in chosen)
+        with timer.stage("identify"):
+            per_face = source.sources(frames, chosen)
+        kept = [
+            [f for f, s in zip(fs, ss, strict=True) if s is not None] for fs, ss in zip(chosen, per_face, strict=True)
+        ]
+        return kept, [s for ss in per_face for s in ss if s is not None]
 
     def _cover_lost(self, tracker: FaceTracker, frame: Image, faces: list[Face], items: list[PasteItem]) -> Image:
         """Hide each lost face that was being swapped: pixelate its last region and, with `hold`, freeze its
@@ -208,5 +226,5 @@ class FramePipeline:
             crop = np.asarray(cv2.resize(crop, (wanted, wanted), interpolation=cv2.INTER_AREA), np.uint8)
         return PasteItem(crop, face.matrix * (crop.shape[0] / base), face.crop)
 
-    def swap_image(self, image: Image, source: PreparedSource) -> FrameResult:
+    def swap_image(self, image: Image, source: FaceSources) -> FrameResult:
         return self.process([image], source)[0]

@@ -18,9 +18,16 @@ from typing import Any
 
 import numpy as np
 
-from app.errors import UserError
+from app.errors import ModelError, UserError
+from app.identity.store import Prepare
+from app.pipeline.detect import RetinaFaceDetector
+from app.pipeline.face_choice import choose_face, enrolled_choice
+from app.pipeline.identity_map import FaceEmbedder, mean_embedding
 from app.pipeline.recognize import ArcFaceRecognizer
+from app.pipeline.swap import InswapperEngine, PreparedSource, SwapEngine
 from app.pipeline.types import Face, Image
+from app.settings import PipelineSettings
+from engines.store import ModelStore
 
 _HINT = "pip install dlib-bin==20.0.1.post1 face_recognition_models==0.3.0 (the `match` extra)"
 # dlib's published same-person threshold is 0.6 in euclidean distance between its raw vectors, whose length is
@@ -114,3 +121,41 @@ def _models_dir() -> Path:
     if spec is None or not spec.submodule_search_locations:
         raise EmbedderUnavailable(f"matching faces without ArcFace weights needs face_recognition_models: {_HINT}")
     return Path(next(iter(spec.submodule_search_locations))) / "models"
+
+
+def build_embedder(engine: SwapEngine, settings: PipelineSettings, store: ModelStore) -> FaceEmbedder:
+    """The inswapper engine's own recognizer; else the ArcFace recognizer when its weights are in the store;
+    else dlib's embedder (`EmbedderUnavailable` when dlib is not installed either)."""
+    inner: object = engine
+    while (wrapped := getattr(inner, "inner", None)) is not None:  # wrappers (the mouth mask)
+        inner = wrapped
+    if isinstance(inner, InswapperEngine):
+        return ArcFaceEmbedder(inner.recognizer, settings.recognizer_model)
+    try:
+        present = store.status(settings.recognizer_model) == "verified"
+    except ModelError:  # an unknown model name
+        present = False
+    if present:
+        from app.pipeline.factory import load_model  # the model loader, only when the weights are there
+
+        recognizer = ArcFaceRecognizer(load_model(store, settings.recognizer_model, settings))
+        return ArcFaceEmbedder(recognizer, settings.recognizer_model, owned=True)
+    return DlibEmbedder()
+
+
+REFERENCE = "reference"  # the engine name reference embeddings are stored under
+
+
+def reference_preparer(detector: RetinaFaceDetector, embedder: FaceEmbedder) -> Prepare:
+    """How an identity becomes a person's reference for identity maps: the normalised mean embedding of the
+    enrolled face of every photo (stored beside the engine's preparation, keyed by the embedder)."""
+
+    def prepare(images: list[Image], face_index: int | None) -> PreparedSource:
+        embeddings = []
+        for image in images:
+            (faces,) = detector.process([image])
+            face = choose_face(faces, enrolled_choice(face_index))
+            embeddings.extend(embedder.embed(image, [face]))
+        return PreparedSource(REFERENCE, embedder.key, mean_embedding(embeddings))
+
+    return prepare

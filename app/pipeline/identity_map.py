@@ -169,3 +169,8 @@ FaceSources = PreparedSource | MappedFaces
 def identities_of(source: FaceSources) -> set[str]:
     """The identities a map uses (empty for a plain source: its identity is known to the caller)."""
     return source.identity_map.identities if isinstance(source, MappedFaces) else set()
+
+
+def describe_sources(source: FaceSources) -> dict[str, object] | None:
+    """A map's entries and threshold for a session's or stream's stats; None for one identity on every face."""
+    return source.identity_map.describe() if isinstance(source, MappedFaces) else None

@@ -169,8 +169,8 @@ class FramePipeline:
         with timer.stage("align"):
             aligned = align_faces(frames, chosen, self.engine.align)
         with timer.stage("swap"):
-            items = [SwapItem(a.crop, s) for a, s in zip(aligned, face_sources, strict=True)]
-            swapped = self.stages.swap.process(items, session=session)
+            batch = [SwapItem(a.crop, s) for a, s in zip(aligned, face_sources, strict=True)]
+            swapped = self.stages.swap.process(batch, session=session)
         for stage in self.stages.crops:
             if swapped:
                 with timer.stage(stage.name):

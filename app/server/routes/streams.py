@@ -10,8 +10,9 @@ from pydantic import BaseModel, Field
 
 from app.auth.guard import AccessDep, StreamsUser, client_address
 from app.server.deps import RevocationDep, StateDep, StreamsDep
+from app.server.identity_maps import MAX_MAP_ENTRIES, MapEntryIn, SourceChange, sources_for
 from app.server.ingest_policy import CheckedSource, refuse_redirects
-from app.server.owned import owned_source, owned_stream
+from app.server.owned import owned_stream
 from app.server.settings import ServerSettings
 
 router = APIRouter(prefix="/v1/streams", tags=["streams"])
@@ -21,7 +22,9 @@ StreamId = Annotated[str, Path(min_length=1, max_length=64)]
 
 class StreamRequest(BaseModel):
     source_url: str = Field(min_length=1, max_length=2048)
-    identity: str = Field(min_length=1, max_length=64)
+    identity: str | None = Field(None, min_length=1, max_length=64)  # every face; or `map`, faces by person
+    map: list[MapEntryIn] | None = Field(None, max_length=MAX_MAP_ENTRIES)
+    match_threshold: float | None = Field(None, ge=-1.0, le=1.0)
     label: bool | None = None  # the visible "AI-generated" label; the settings' default when not given
 
 
@@ -66,11 +69,13 @@ async def create_stream(
     state.rate_limiter.hit("streams", principal.id, client_address(http))
     source_url = check_source(request.source_url, state.settings)
     streams.check_available()
-    source = await owned_source(state, principal, request.identity)  # before probing anything for the request
+    chosen, source = await sources_for(  # before probing anything for the request
+        state, principal, None, request.identity, request.map, request.match_threshold
+    )
     checked = await _checked(state, source_url)
     stream = await streams.open(
         checked.connect_url,
-        request.identity,
+        chosen,
         source,
         display_url=checked.display_url,
         owner=principal.id,
@@ -100,6 +105,24 @@ async def restart_stream(
     stream = owned_stream(streams, stream_id, principal, access)
     checked = await _checked(state, stream.requested_url)
     return (await streams.restart(stream_id, checked.connect_url)).stats()
+
+
+@router.patch("/{stream_id}")
+async def change_stream_source(
+    stream_id: StreamId,
+    change: SourceChange,
+    principal: StreamsUser,
+    state: StateDep,
+    streams: StreamsDep,
+    access: AccessDep,
+) -> dict[str, Any]:
+    """Switch the stream to another identity or identity map of its owner's (admin: any), from the next frame."""
+    stream = owned_stream(streams, stream_id, principal, access)
+    chosen, source = await sources_for(
+        state, principal, stream.source, change.identity, change.map, change.match_threshold
+    )
+    stream.switch(chosen, source)
+    return stream.stats()
 
 
 @router.get("")

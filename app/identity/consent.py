@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal, cast, get_args
 
@@ -64,8 +64,8 @@ class Consent:
     photo_sha256: str  # the (first) photo the statement covers, byte for byte as uploaded
     owner: str | None  # the principal that made the statement
     time: str  # ISO 8601, UTC
-    # Every photo the statement covers, in upload order (an identity may be enrolled from several); empty in
-    # records made before identities had more than one photo, which cover `photo_sha256` alone.
+    # Every photo the statement covers, in upload order, when an identity is enrolled from several; empty when
+    # it covers `photo_sha256` alone.
     photos_sha256: tuple[str, ...] = ()
 
     @classmethod
@@ -82,7 +82,16 @@ class Consent:
         metadata, so these hashes are the ones that match the uploader's own files), now unless `time` is given."""
         when = time or datetime.now(UTC).isoformat(timespec="seconds")
         hashes = tuple(hashlib.sha256(data).hexdigest() for data in (upload, *more_uploads))
-        return cls(given.statement, given.attestation, hashes[0], owner, when, hashes)
+        return cls(given.statement, given.attestation, hashes[0], owner, when, hashes if len(hashes) > 1 else ())
+
+    def to_json(self) -> dict[str, Any]:
+        """The record as stored and shown: `photos_sha256` only when it covers several photos."""
+        record = asdict(self)
+        if not self.photos_sha256:
+            del record["photos_sha256"]
+        else:
+            record["photos_sha256"] = list(self.photos_sha256)
+        return record
 
     @classmethod
     def from_json(cls, raw: Any) -> Consent:

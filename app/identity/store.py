@@ -129,7 +129,8 @@ class IdentityStore:
             (staging / _THUMB).write_bytes(thumbnail)
             (staging / _PREPARED).mkdir()
             _save_array(staging / _PREPARED / prepared_file_name(prepared.model_key), prepared.data)
-            (staging / _META).write_text(json.dumps(asdict(identity), indent=1), encoding="utf-8")
+            meta = {**asdict(identity), "consent": identity.consent.to_json() if identity.consent else None}
+            (staging / _META).write_text(json.dumps(meta, indent=1), encoding="utf-8")
             replace_dir(staging, self.root / identity.id)
         except BaseException:
             shutil.rmtree(staging, ignore_errors=True)

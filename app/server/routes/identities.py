@@ -3,12 +3,11 @@
 import asyncio
 import re
 import threading
-from dataclasses import asdict
 from pathlib import PurePath
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, HTTPException, Path, Request, Response
-from pydantic import BaseModel
+from pydantic import BaseModel, field_serializer
 from starlette.datastructures import UploadFile
 from starlette.formparsers import MultiPartException, MultiPartParser
 
@@ -48,6 +47,10 @@ class IdentityOut(BaseModel):
     # Given on upload: the photo (0-based, in upload order) the engine uses, or null when it uses all of them
     # (inswapper: their mean embedding).
     photo_used: int | None = None
+
+    @field_serializer("consent")
+    def _consent(self, consent: Consent | None) -> dict[str, Any] | None:
+        return consent.to_json() if consent is not None else None
 
     @classmethod
     def of(
@@ -180,7 +183,7 @@ async def create_identity(
         "identity_created",
         identity=identity.id,
         owner=principal.id,
-        consent=asdict(identity.consent) if identity.consent else None,
+        consent=identity.consent.to_json() if identity.consent else None,
     )
     return IdentityOut.of(identity, prepared.model_key, enrolment.warnings, enrolment.photo_used)
 

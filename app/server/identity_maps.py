@@ -6,10 +6,10 @@ the query (`map=PERSON:IDENTITY`, repeated), streams in their JSON body; `PATCH`
 every entry must be identities the principal may use, as for a plain `identity`.
 """
 
-from typing import Annotated
+from typing import Annotated, Self
 
 from fastapi import HTTPException
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, model_validator
 
 from app.auth.principal import Principal
 from app.errors import UserError
@@ -27,14 +27,6 @@ class MapEntryIn(BaseModel):
     identity: IdentityRef  # what that face becomes
 
 
-class SourceChange(BaseModel):
-    """A `PATCH` body: one `identity` for every face, or a `map` by person (with its `match_threshold`)."""
-
-    identity: IdentityRef | None = None
-    map: list[MapEntryIn] | None = Field(None, max_length=MAX_MAP_ENTRIES)
-    match_threshold: float | None = Field(None, ge=-1.0, le=1.0)
-
-
 def parse_query_map(values: list[str]) -> list[MapEntryIn]:
     """`PERSON:IDENTITY` query values as entries; 422 with the value's position otherwise."""
     if len(values) > MAX_MAP_ENTRIES:
@@ -48,14 +40,38 @@ def parse_query_map(values: list[str]) -> list[MapEntryIn]:
     return entries
 
 
-def check_choice(identity: str | None, entries: list[MapEntryIn] | None, threshold: float | None) -> None:
-    """422 unless exactly one of `identity` and a non-empty map is given (a threshold only with a map)."""
+def choice_problem(identity: str | None, entries: list[MapEntryIn] | None, threshold: float | None) -> str | None:
+    """Why the choice is not exactly one of `identity` and a non-empty map (a threshold only with a map)."""
     if entries is not None and not entries:
-        raise HTTPException(422, "the identity map is empty: give at least one PERSON:IDENTITY entry")
-    if (identity is None) == (entries is None):
-        raise HTTPException(422, "give either `identity` (every face) or `map` (faces by person), not both")
+        return "the identity map is empty: give at least one PERSON:IDENTITY entry"
+    if identity is None and entries is None:
+        return "give `identity` (every face) or `map` (faces by person)"
+    if identity is not None and entries is not None:
+        return "give either `identity` (every face) or `map` (faces by person), not both"
     if threshold is not None and entries is None:
-        raise HTTPException(422, "`match_threshold` applies to an identity map only")
+        return "`match_threshold` applies to an identity map only"
+    return None
+
+
+def check_choice(identity: str | None, entries: list[MapEntryIn] | None, threshold: float | None) -> None:
+    problem = choice_problem(identity, entries, threshold)
+    if problem is not None:
+        raise HTTPException(422, problem)
+
+
+class SourceChoice(BaseModel):
+    """`identity` for every face, or `map` by person (with its `match_threshold`): exactly one of the two."""
+
+    identity: IdentityRef | None = None
+    map: list[MapEntryIn] | None = Field(None, max_length=MAX_MAP_ENTRIES)
+    match_threshold: float | None = Field(None, ge=-1.0, le=1.0)
+
+    @model_validator(mode="after")
+    def _one_choice(self) -> Self:
+        problem = choice_problem(self.identity, self.map, self.match_threshold)
+        if problem is not None:
+            raise ValueError(problem)
+        return self
 
 
 async def build_map(

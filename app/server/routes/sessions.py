@@ -9,7 +9,7 @@ from app.identity.store import IdentityNotFound
 from app.media.advertise import advertise_host_candidates
 from app.pipeline.identity_map import identities_of
 from app.server.deps import RevocationDep, SessionsDep, StateDep
-from app.server.identity_maps import MAX_MAP_ENTRIES, SourceChange, parse_query_map, sources_for
+from app.server.identity_maps import MAX_MAP_ENTRIES, SourceChoice, parse_query_map, sources_for
 from app.server.limits import media_type, read_capped
 from app.server.owned import owned_session
 
@@ -80,7 +80,7 @@ async def get_session(
 @router.patch("/{session_id}")
 async def switch_identity(
     session_id: SessionId,
-    change: SourceChange,
+    change: SourceChoice,
     principal: SessionsUser,
     state: StateDep,
     sessions: SessionsDep,

@@ -6,11 +6,11 @@ from typing import Annotated, Any
 from urllib.parse import urlsplit
 
 from fastapi import APIRouter, HTTPException, Path, Request, Response
-from pydantic import BaseModel, Field
+from pydantic import Field
 
 from app.auth.guard import AccessDep, StreamsUser, client_address
 from app.server.deps import RevocationDep, StateDep, StreamsDep
-from app.server.identity_maps import MAX_MAP_ENTRIES, MapEntryIn, SourceChange, sources_for
+from app.server.identity_maps import SourceChoice, sources_for
 from app.server.ingest_policy import CheckedSource, refuse_redirects
 from app.server.owned import owned_stream
 from app.server.settings import ServerSettings
@@ -20,11 +20,10 @@ router = APIRouter(prefix="/v1/streams", tags=["streams"])
 StreamId = Annotated[str, Path(min_length=1, max_length=64)]
 
 
-class StreamRequest(BaseModel):
+class StreamRequest(SourceChoice):
+    """`source_url`, and `identity` for every face or `map` (`[{"person": ID, "identity": ID}]`) by person."""
+
     source_url: str = Field(min_length=1, max_length=2048)
-    identity: str | None = Field(None, min_length=1, max_length=64)  # every face; or `map`, faces by person
-    map: list[MapEntryIn] | None = Field(None, max_length=MAX_MAP_ENTRIES)
-    match_threshold: float | None = Field(None, ge=-1.0, le=1.0)
     label: bool | None = None  # the visible "AI-generated" label; the settings' default when not given
 
 
@@ -110,7 +109,7 @@ async def restart_stream(
 @router.patch("/{stream_id}")
 async def change_stream_source(
     stream_id: StreamId,
-    change: SourceChange,
+    change: SourceChoice,
     principal: StreamsUser,
     state: StateDep,
     streams: StreamsDep,

@@ -118,7 +118,7 @@ def test_faces_are_embedded_once_per_track_and_a_new_map_rematches_them(
     frames = [np.ascontiguousarray(np.roll(t1, shift, axis=1)) for shift in (0, 2, 4, 6)]
     results = [pipeline.process([frame], mapped, tracker)[0] for frame in frames]
     assert mapped.embedded == 6  # six tracks, each embedded when it started, not on every frame
-    for frame, result in zip(frames, results, strict=True):
+    for result in results:
         assert len(result.faces) == 1
         assert abs(float(result.faces[0].box[0]) - float(streamer.box[0])) < 12
 

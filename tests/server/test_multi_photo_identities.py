@@ -13,6 +13,7 @@ import pytest
 from app.identity.images import decode_image
 from app.identity.photo_choice import SourcePhoto, prepare_from_photos
 from app.pipeline.pipeline import FramePipeline
+from app.pipeline.swap import InswapperEngine
 from app.pipeline.types import Image
 from app.settings import PipelineSettings
 from tests.identity.test_photo_choice import darker, turned
@@ -78,9 +79,9 @@ def test_three_photos_are_stored_and_the_chosen_one_is_prepared_again_after_a_re
             "image-3.png",
             "image.png",
         ]
-        engine = server.state.pipeline.engine if server.state.pipeline else None
-        assert engine is not None
-        expected, used = prepare_from_photos(engine, source_photos(server.state.pipeline, three_photos))  # type: ignore[arg-type]
+        pipeline = server.state.pipeline
+        assert pipeline is not None
+        expected, used = prepare_from_photos(pipeline.engine, source_photos(pipeline, three_photos))
         assert used == 2
         assert np.array_equal(prepared_now(server, identity), expected.data)
 
@@ -111,9 +112,9 @@ def test_inswapper_uses_the_mean_embedding_of_the_photos_after_a_restart(
         assert pipeline is not None
         photos = source_photos(pipeline, three_photos)
         engine = pipeline.engine
-        recognizer = engine.recognizer  # type: ignore[attr-defined]
-        mean = np.mean([recognizer.embed(p.image, p.face) for p in photos], axis=0)
-        expected = engine.latent(mean / np.linalg.norm(mean))  # type: ignore[attr-defined]
+        assert isinstance(engine, InswapperEngine)
+        mean = np.mean([engine.recognizer.embed(p.image, p.face) for p in photos], axis=0)
+        expected = engine.latent(mean / np.linalg.norm(mean))
         np.testing.assert_allclose(prepared_now(server, identity), expected, atol=1e-6)
 
     forget_preparations(identity_dir, identity)

@@ -8,6 +8,9 @@ gives "swap only me" (one entry: the streamer's reference photo) and several peo
 `app.pipeline.track` follows between frames), and keeps that embedding for the track's life, so matching costs a
 few dot products per frame. A new map (a live `PATCH`) re-matches the tracks already embedded: no face is
 embedded again. A face without a track (still photos, untracked frames) is embedded every time it is seen.
+A track that matches nobody is embedded again now and then (`RECHECK_FRAMES`, one face per frame at most), so a
+person who came into view turned away or half hidden is still found once they face the camera; a matched track
+keeps its match.
 """
 
 from __future__ import annotations
@@ -24,6 +27,9 @@ from app.pipeline.types import Face, Image
 
 # Tracks unseen for this many frames are forgotten (the tracker ends a covered track after 150 frames).
 FORGET_AFTER_FRAMES = 300
+# A track that matched nobody is embedded again after this many frames (1.5 s at 30 fps): at ~0.1 s per face on
+# a CPU core, one unmatched bystander costs a few percent of a core.
+RECHECK_FRAMES = 45
 
 
 class FaceEmbedder(Protocol):
@@ -93,7 +99,8 @@ class IdentityMap:
 @dataclass
 class _Track:
     embedding: np.ndarray
-    last_frame: int
+    last_frame: int  # the latest frame it was in
+    embedded_at: int  # the frame its embedding comes from
 
 
 class MappedFaces:
@@ -108,7 +115,7 @@ class MappedFaces:
         self._tracks: dict[int, _Track] = {}
         self._frame = 0
         self._lock = threading.Lock()
-        self.embedded = 0  # faces embedded so far (once per track)
+        self.embedded = 0  # faces embedded so far (once per track, and unmatched ones again now and then)
 
     @property
     def identity_map(self) -> IdentityMap:
@@ -127,7 +134,7 @@ class MappedFaces:
             self._frame += 1
             chosen: list[list[PreparedSource | None]] = []
             for frame, frame_faces in zip(frames, faces, strict=True):
-                embeddings = self._embeddings(frame, frame_faces)
+                embeddings = self._embeddings(frame, frame_faces, identity_map)
                 row: list[PreparedSource | None] = []
                 for embedding in embeddings:
                     index, _ = identity_map.match(embedding)
@@ -136,24 +143,31 @@ class MappedFaces:
             self._forget_old()
         return chosen
 
-    def _embeddings(self, frame: Image, faces: list[Face]) -> list[np.ndarray]:
-        """Each face's embedding: its track's when it has one, else computed now (for the new ones at once)."""
+    def _embeddings(self, frame: Image, faces: list[Face], identity_map: IdentityMap) -> list[np.ndarray]:
+        """Each face's embedding: its track's when it has one, else computed now (for the new ones at once), and
+        again for the longest-unmatched track seen in this frame once it is due."""
         known: dict[int, np.ndarray] = {}
         new = []
+        due: list[tuple[int, int]] = []  # (embedded_at, position) of unmatched tracks due a new look
         for position, face in enumerate(faces):
             track = self._tracks.get(face.track_id) if face.track_id >= 0 else None
-            if track is not None:
-                track.last_frame = self._frame
-                known[position] = track.embedding
-            else:
+            if track is None:
                 new.append(position)
+                continue
+            track.last_frame = self._frame
+            known[position] = track.embedding
+            stale = self._frame - track.embedded_at >= RECHECK_FRAMES
+            if stale and face.status == "seen" and identity_map.match(track.embedding)[0] is None:
+                due.append((track.embedded_at, position))
+        if due:
+            new.append(min(due)[1])
         if new:
             computed = self._embedder.embed(frame, [faces[p] for p in new])
             self.embedded += len(new)
             for position, embedding in zip(new, computed, strict=True):
                 known[position] = embedding
                 if faces[position].track_id >= 0:
-                    self._tracks[faces[position].track_id] = _Track(embedding, self._frame)
+                    self._tracks[faces[position].track_id] = _Track(embedding, self._frame, self._frame)
         return [known[p] for p in range(len(faces))]
 
     def _forget_old(self) -> None:

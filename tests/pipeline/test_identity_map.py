@@ -10,7 +10,7 @@ from app.identity.embedder import DlibEmbedder
 from app.media.clips import load_sample
 from app.pipeline.align import estimate_matrix
 from app.pipeline.detect import RetinaFaceDetector
-from app.pipeline.identity_map import IdentityMap, MapEntry, MappedFaces, mean_embedding
+from app.pipeline.identity_map import RECHECK_FRAMES, IdentityMap, MapEntry, MappedFaces, mean_embedding
 from app.pipeline.pipeline import FramePipeline
 from app.pipeline.swap import ClassicEngine, PreparedSource
 from app.pipeline.track import FaceTracker
@@ -148,3 +148,29 @@ def test_a_face_that_matches_nobody_is_left_as_it_is(
     result = pipeline.process([t1], mapped, FaceTracker())[0]
     assert result.faces == []
     assert np.array_equal(result.image, t1)
+
+
+def test_unmatched_tracks_are_looked_at_again_now_and_then_one_per_frame(
+    detector: RetinaFaceDetector,
+    embedder: DlibEmbedder,
+    t1: Image,
+    people: list[Face],
+    looks: dict[str, PreparedSource],
+) -> None:
+    streamer = people[2]
+    only_me = IdentityMap(
+        (MapEntry("me", "tom", reference(embedder, detector, t1, streamer), looks["tom_hanks"]),),
+        embedder.same_person,
+        embedder.key,
+    )
+    mapped = MappedFaces(only_me, embedder)
+    tracked = [Face(f.box, f.score, f.landmarks, track_id=i) for i, f in enumerate(people)]
+    for _ in range(RECHECK_FRAMES):
+        mapped.sources([t1], [tracked])
+    assert mapped.embedded == 6
+    for extra in range(1, 6):  # the five bystanders, one a frame; the streamer (matched) never again
+        mapped.sources([t1], [tracked])
+        assert mapped.embedded == 6 + extra
+    chosen = mapped.sources([t1], [tracked])[0]
+    assert mapped.embedded == 11
+    assert [source is not None for source in chosen] == [False, False, True, False, False, False]

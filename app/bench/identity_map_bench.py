@@ -11,6 +11,7 @@ import argparse
 import json
 import time
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -47,7 +48,7 @@ def measure(repeats: int = 5, threads: int = 1) -> dict[str, Any]:
     for image in [group, *singles.values()]:
         (found,) = detector.process([image])
         for face in found:
-            per_face.append(_median_ms(lambda image=image, face=face: embedder.embed(image, [face]), repeats))
+            per_face.append(_median_ms(partial(embedder.embed, image, [face]), repeats))
     tom = singles["tom_hanks"]
     source = pipeline.prepare_source(tom)
     (tom_face,) = detector.process([tom])[0][:1]

@@ -54,6 +54,9 @@ class PipelineSettings(BaseSettings):
     hold_frames: int = Field(4, ge=0, le=60)
     refine_landmarks: bool = True  # second detector pass per face: steadier alignment, ~2 small runs per face
     faces: Literal["all", "largest"] = "all"
+    # Identity maps: the cosine similarity a face needs to a person's reference to be that person; None: the
+    # embedder's own (app.identity.embedder: dlib 0.92, ArcFace 0.4).
+    match_threshold: float | None = Field(None, ge=-1.0, le=1.0)
     color_strength: float = Field(1.0, ge=0.0, le=1.0)
     mask: Literal["auto", "box", "ellipse"] = "auto"
     threads: int | None = Field(None, ge=1)  # per model run; None = all cores

@@ -2,9 +2,12 @@
 `swapcast swap` and `swapcast demo`."""
 
 import os
+from collections.abc import Sequence
 from pathlib import Path
 
 from app.errors import UserError
+from app.identity.file_map import MapPaths, check_map_paths, mapped_faces
+from app.pipeline.identity_map import FaceSources
 from app.pipeline.types import Image
 from app.settings import PipelineSettings
 from engines.store import ModelStore
@@ -13,9 +16,9 @@ IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".webp", ".bmp"}
 VIDEO_SUFFIXES = {".mp4", ".mkv", ".mov", ".avi", ".webm", ".m4v"}
 
 
-def check_paths(source: Path, target: Path, output: Path) -> str:
+def check_paths(source: Path | None, target: Path, output: Path) -> str:
     """`image` or `video`: what the target is, once every path is known to be usable."""
-    if not source.is_file():
+    if source is not None and not source.is_file():
         raise UserError(f"source image not found: {source}")
     if not target.is_file():
         raise UserError(f"target not found: {target}")
@@ -34,7 +37,7 @@ def check_paths(source: Path, target: Path, output: Path) -> str:
 
 
 def swap_file(
-    source_path: Path,
+    source_path: Path | None,
     target: Path,
     output: Path,
     settings: PipelineSettings,
@@ -44,15 +47,20 @@ def swap_file(
     batch_size: int = 4,
     progress: bool = True,
     owner: str | None = None,
+    identity_map: Sequence[MapPaths] = (),
 ) -> str:
     """Swap the face of `source_path` (its largest face, or the one at `source_face`) into an image or video
-    `target`, writing `output` atomically; returns a one-line summary. `owner` (else the `SWAPCAST_OWNER` setting,
-    else the OS user) is who the output's mark is issued to in the mark registry."""
+    `target`, or with `identity_map` each mapped person's face only, writing `output` atomically; returns a
+    one-line summary. `owner` (else the `SWAPCAST_OWNER` setting, else the OS user) is who the output's mark is
+    issued to in the mark registry."""
+    if (source_path is None) == (not identity_map):
+        raise UserError("give either a source photo or an identity map")
     kind = check_paths(source_path, target, output)
+    check_map_paths(identity_map)
     from app.media.video_file import probe, read_image, transcode, write_image
     from app.pipeline.factory import build_pipeline
 
-    source_image = read_image(source_path)
+    source_image = read_image(source_path) if source_path is not None else None
     if kind == "video":
         probe(target)  # a corrupt or non-video target fails here, before models load
     else:
@@ -67,10 +75,14 @@ def swap_file(
     if signed:
         mime_of(output)  # an output format C2PA cannot carry fails before any work
     pipeline = build_pipeline(settings, store)
-    source = pipeline.prepare_source(source_image, "largest" if source_face is None else source_face)
-    marker = provenance.marker(
-        kind="file", ref=str(output.resolve()), identity=f"photo:{source_path.name}", owner=owner
-    )
+    source: FaceSources
+    if source_image is not None and source_path is not None:
+        source = pipeline.prepare_source(source_image, "largest" if source_face is None else source_face)
+        identity = f"photo:{source_path.name}"
+    else:
+        source = mapped_faces(pipeline, identity_map, settings, store)
+        identity = "map:" + ",".join(face.name for _, face in identity_map)
+    marker = provenance.marker(kind="file", ref=str(output.resolve()), identity=identity, owner=owner)
 
     if kind == "image":
         result = pipeline.swap_image(target_image, source)

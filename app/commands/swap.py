@@ -13,7 +13,23 @@ from app.settings import PipelineSettings
 
 def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
     p = sub.add_parser("swap", help="swap the source face into an image or a video")
-    p.add_argument("--source", required=True, type=Path, help="photo of the face to put in")
+    p.add_argument("--source", type=Path, default=None, help="photo of the face to put in (or --map)")
+    p.add_argument(
+        "--map",
+        dest="identity_map",
+        action="append",
+        type=_map_entry,
+        default=[],
+        metavar="PERSON=FACE",
+        help="swap only this person (known by a photo of theirs) with the face of another photo; repeatable; "
+        "faces of anyone else are left as they are",
+    )
+    p.add_argument(
+        "--match-threshold",
+        type=float,
+        default=None,
+        help="cosine similarity a face needs to a --map person (default: the embedder's own)",
+    )
     p.add_argument("--target", required=True, type=Path, help="image or video to change")
     p.add_argument("--output", required=True, type=Path, help="where to write the result")
     p.add_argument(
@@ -49,6 +65,15 @@ def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None
     p.set_defaults(func=run)
 
 
+def _map_entry(text: str) -> tuple[Path, Path]:
+    from app.identity.file_map import parse_map_entry
+
+    try:
+        return parse_map_entry(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def _settings(args: argparse.Namespace) -> PipelineSettings:
     overrides = {
         "engine": args.engine,
@@ -58,6 +83,7 @@ def _settings(args: argparse.Namespace) -> PipelineSettings:
         "mouth_mask": args.mouth_mask,
         "faces": args.faces,
         "detect_interval": args.detect_interval,
+        "match_threshold": args.match_threshold,
     }
     values: dict[str, object] = {k: v for k, v in overrides.items() if v is not None}
     if args.enhancer is not None:
@@ -78,6 +104,8 @@ def run(args: argparse.Namespace) -> int:
     from app.provenance.owner import check_owner
     from app.swap_job import check_paths, swap_file
 
+    if (args.source is None) == (not args.identity_map):
+        raise UserError("give either --source or --map")
     check_paths(args.source, args.target, args.output)
     if args.owner is not None:
         check_owner(args.owner)  # a bad name fails before any model loads
@@ -91,6 +119,7 @@ def run(args: argparse.Namespace) -> int:
         batch_size=args.batch_size,
         progress=not args.no_progress,
         owner=args.owner,
+        identity_map=args.identity_map,
     )
     print(message)
     return 0

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import hashlib
 import re
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal, cast, get_args
 
@@ -60,31 +61,56 @@ class Consent:
 
     statement: Statement
     attestation: str | None
-    photo_sha256: str  # the photo the statement covers, byte for byte as uploaded
+    photo_sha256: str  # the (first) photo the statement covers, byte for byte as uploaded
     owner: str | None  # the principal that made the statement
     time: str  # ISO 8601, UTC
+    # Every photo the statement covers, in upload order, when an identity is enrolled from several; empty when
+    # it covers `photo_sha256` alone.
+    photos_sha256: tuple[str, ...] = ()
 
     @classmethod
-    def record(cls, given: ConsentStatement, *, upload: bytes, owner: str | None, time: str | None = None) -> Consent:
-        """The statement tied to the photo as uploaded (the store keeps a re-encoded copy without the file's
-        metadata, so this hash is the one that matches the uploader's own file), now unless `time` is given."""
+    def record(
+        cls,
+        given: ConsentStatement,
+        *,
+        upload: bytes,
+        owner: str | None,
+        time: str | None = None,
+        more_uploads: Sequence[bytes] = (),
+    ) -> Consent:
+        """The statement tied to the photos as uploaded (the store keeps re-encoded copies without the files'
+        metadata, so these hashes are the ones that match the uploader's own files), now unless `time` is given."""
         when = time or datetime.now(UTC).isoformat(timespec="seconds")
-        return cls(given.statement, given.attestation, hashlib.sha256(upload).hexdigest(), owner, when)
+        hashes = tuple(hashlib.sha256(data).hexdigest() for data in (upload, *more_uploads))
+        return cls(given.statement, given.attestation, hashes[0], owner, when, hashes if len(hashes) > 1 else ())
+
+    def to_json(self) -> dict[str, Any]:
+        """The record as stored and shown: `photos_sha256` only when it covers several photos."""
+        record = asdict(self)
+        if not self.photos_sha256:
+            del record["photos_sha256"]
+        else:
+            record["photos_sha256"] = list(self.photos_sha256)
+        return record
 
     @classmethod
     def from_json(cls, raw: Any) -> Consent:
         """A stored record; ValueError when it is not one."""
         if not isinstance(raw, dict):
             raise ValueError("consent is not an object")
+        photos = raw.get("photos_sha256", [])
+        if not isinstance(photos, list) or not all(isinstance(p, str) for p in photos):
+            raise ValueError("consent record is malformed (photos_sha256 is not a list of hashes)")
         try:
-            consent = cls(**raw)
+            consent = cls(**{**raw, "photos_sha256": tuple(photos)})
         except TypeError as exc:
             raise ValueError(f"consent record is malformed ({exc})") from None
         texts_or_none = (consent.attestation, consent.owner)
         if (
             consent.statement not in STATEMENTS
             or not isinstance(consent.photo_sha256, str)
-            or not re.fullmatch(r"[0-9a-f]{64}", consent.photo_sha256)
+            or not all(re.fullmatch(r"[0-9a-f]{64}", h) for h in (consent.photo_sha256, *consent.photos_sha256))
+            or (consent.photos_sha256 and consent.photos_sha256[0] != consent.photo_sha256)
             or not isinstance(consent.time, str)
             or not all(v is None or isinstance(v, str) for v in texts_or_none)
         ):

@@ -1,7 +1,8 @@
 """Identity enrolment: from an uploaded photo to a prepared identity and its thumbnail, and the same face choice
 again when a stored identity is prepared for another model (`app.pipeline.face_choice`)."""
 
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 
 import cv2
 import numpy as np
@@ -9,6 +10,7 @@ import numpy as np
 from app.errors import UserError
 from app.identity.images import ImageInfo, ImageRejected, decode_image, encode_stored
 from app.identity.photo_check import source_warnings
+from app.identity.photo_choice import SourcePhoto, prepare_from_photos
 from app.identity.store import Prepare
 from app.pipeline.face_choice import FaceChoiceError, choose_face, enrolled_choice
 from app.pipeline.pipeline import FramePipeline
@@ -20,12 +22,24 @@ THUMB_SIZE = 160
 
 @dataclass(frozen=True)
 class Enrolment:
-    info: ImageInfo
-    faces: int
+    info: ImageInfo  # of the first photo
+    faces: int  # found in the first photo
     prepared: PreparedSource
-    thumbnail: bytes
-    stored: bytes  # the decoded photo as PNG: what the store keeps, never the uploaded bytes
+    thumbnail: bytes  # of the photo the engine uses (the first one when it uses all)
+    stored: bytes  # the first photo, decoded, as PNG: what the store keeps, never the uploaded bytes
     warnings: list[str]  # why this photo may swap badly (app.identity.photo_check); it is still enrolled
+    extra_stored: list[bytes] = field(default_factory=list)  # the other photos, likewise
+    photo_used: int | None = 0  # the photo the engine uses; None: all of them (a mean embedding)
+
+    @property
+    def stored_bytes(self) -> int:
+        return len(self.stored) + sum(len(p) for p in self.extra_stored)
+
+
+@dataclass(frozen=True)
+class Upload:
+    data: bytes
+    filename: str | None = None
 
 
 def thumbnail(image: Image, face: Face) -> bytes:
@@ -50,25 +64,65 @@ def thumbnail(image: Image, face: Face) -> bytes:
 def enrol(pipeline: FramePipeline, data: bytes, max_pixels: int, face_index: int | None) -> Enrolment:
     """Blocking (run it in an executor): decode, find faces, pick one, prepare it for the engine. A photo that
     cannot be enrolled is an ImageRejected with the HTTP status and reason."""
-    image, info = decode_image(data, max_pixels)
-    (faces,) = pipeline.detector.process([image])
+    return enrol_photos(pipeline, [Upload(data)], max_pixels, face_index)
+
+
+def _named(number: int, upload: Upload, count: int) -> str:
+    if count == 1:
+        return ""
+    name = f" ({upload.filename[:60]})" if upload.filename else ""
+    return f"photo {number}{name}: "
+
+
+def enrol_photos(
+    pipeline: FramePipeline, uploads: Sequence[Upload], max_pixels: int, face_index: int | None
+) -> Enrolment:
+    """Like `enrol` for 1-10 photos of one person (each must show one face, or the face `face_index` picks):
+    the engine gets their mean embedding or the most frontal, best-exposed one (app.identity.photo_choice). A
+    photo that cannot be used is refused with its number and file name in the reason; nothing is kept."""
+    photos: list[SourcePhoto] = []
+    infos: list[ImageInfo] = []
+    counts: list[int] = []
+    for number, upload in enumerate(uploads, 1):
+        prefix = _named(number, upload, len(uploads))
+        try:
+            image, info = decode_image(upload.data, max_pixels)
+        except ImageRejected as exc:
+            raise ImageRejected(exc.status, prefix + exc.reason) from None
+        (faces,) = pipeline.detector.process([image])
+        try:
+            face = choose_face(faces, enrolled_choice(face_index))
+        except FaceChoiceError as exc:
+            raise ImageRejected(422, f"{prefix}{exc}") from None
+        photos.append(SourcePhoto(image, face))
+        infos.append(info)
+        counts.append(len(faces))
     try:
-        face = choose_face(faces, enrolled_choice(face_index))
-    except FaceChoiceError as exc:
-        raise ImageRejected(422, str(exc)) from None
-    try:
-        prepared = pipeline.engine.prepare(image, face)
+        prepared, used = prepare_from_photos(pipeline.engine, photos)
     except UserError as exc:  # the engine cannot use this face (e.g. no dense landmarks on it)
         raise ImageRejected(422, str(exc)) from None
+    shown = photos[used or 0]
     return Enrolment(
-        info, len(faces), prepared, thumbnail(image, face), encode_stored(image), source_warnings(prepared)
+        infos[0],
+        counts[0],
+        prepared,
+        thumbnail(shown.image, shown.face),
+        encode_stored(photos[0].image),
+        source_warnings(prepared),
+        extra_stored=[encode_stored(p.image) for p in photos[1:]],
+        photo_used=used,
     )
 
 
 def re_preparer(pipeline: FramePipeline) -> Prepare:
-    """How a stored identity is prepared again for the loaded model: the face it was enrolled with."""
+    """How a stored identity is prepared again for the loaded model: the faces it was enrolled with, from every
+    photo, as at enrolment."""
 
-    def prepare(image: Image, face_index: int | None) -> PreparedSource:
-        return pipeline.prepare_source(image, enrolled_choice(face_index))
+    def prepare(images: list[Image], face_index: int | None) -> PreparedSource:
+        photos = []
+        for image in images:
+            (faces,) = pipeline.detector.process([image])
+            photos.append(SourcePhoto(image, choose_face(faces, enrolled_choice(face_index))))
+        return prepare_from_photos(pipeline.engine, photos)[0]
 
     return prepare

@@ -1,7 +1,8 @@
 """Identities on disk, so they survive restarts.
 
-Each identity is a directory named by its id holding the photo (a PNG of its decoded pixels, never the uploaded
-bytes; identities stored before that keep their upload), `meta.json`, a small
+Each identity is a directory named by its id holding its photos (PNGs of their decoded pixels, never the uploaded
+bytes; identities stored before that keep their upload; `image.png`, then `image-2.png`... for an identity
+enrolled from several), `meta.json`, a small
 `thumb.jpg` of the chosen face and, under `prepared/`, one `.npy` per swap model it was prepared for (keyed by
 the engine's model_key). A directory appears only once complete (written aside, flushed to disk, then renamed
 into place), and deleting one removes all of it: moved aside in one rename, then removed.
@@ -19,7 +20,7 @@ import secrets
 import shutil
 import tempfile
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from datetime import UTC, datetime
 from pathlib import Path
@@ -45,7 +46,8 @@ _PREPARED = "prepared"
 # Stored photos passed the upload limit already; this only bounds a file changed on disk behind our back.
 _STORED_MAX_PIXELS = 400_000_000
 
-Prepare = Callable[[Image, int | None], PreparedSource]
+# Prepares an identity from its photos (the first one first) and its face_index.
+Prepare = Callable[[list[Image], int | None], PreparedSource]
 
 
 class IdentityNotFound(LookupError):
@@ -101,7 +103,9 @@ class IdentityStore:
         prepared: PreparedSource,
         owner: str | None = None,
         consent: Consent | None = None,
+        extra_photos: Sequence[bytes] = (),
     ) -> Identity:
+        """Store a new identity; `photo` is its first photo, `extra_photos` the others it was enrolled from."""
         if format not in FORMATS:
             raise ValueError(f"unknown image format {format!r}")
         identity = Identity(
@@ -115,15 +119,18 @@ class IdentityStore:
             height=height,
             owner=owner,
             consent=consent,
+            photos=1 + len(extra_photos),
         )
         self.root.mkdir(parents=True, exist_ok=True)
         staging = Path(tempfile.mkdtemp(prefix=".tmp-", dir=self.root))
         try:
-            (staging / identity.image_file).write_bytes(photo)
+            for name, data in zip(identity.image_files, (photo, *extra_photos), strict=True):
+                (staging / name).write_bytes(data)
             (staging / _THUMB).write_bytes(thumbnail)
             (staging / _PREPARED).mkdir()
             _save_array(staging / _PREPARED / prepared_file_name(prepared.model_key), prepared.data)
-            (staging / _META).write_text(json.dumps(asdict(identity), indent=1), encoding="utf-8")
+            meta = {**asdict(identity), "consent": identity.consent.to_json() if identity.consent else None}
+            (staging / _META).write_text(json.dumps(meta, indent=1), encoding="utf-8")
             replace_dir(staging, self.root / identity.id)
         except BaseException:
             shutil.rmtree(staging, ignore_errors=True)
@@ -239,14 +246,15 @@ class IdentityStore:
         except (OSError, ValueError, EOFError):
             raise IdentityUnreadable(f"identity {identity_id} is damaged: its prepared data is not readable") from None
         try:
-            photo = (directory / identity.image_file).read_bytes()
+            photos = [(directory / name).read_bytes() for name in identity.image_files]
         except FileNotFoundError:
             raise IdentityNotFound(identity_id) from None
         try:
-            image, _ = decode_image(photo, _STORED_MAX_PIXELS)
-            prepared = prepare(image, identity.face_index)
+            images = [decode_image(photo, _STORED_MAX_PIXELS)[0] for photo in photos]
+            prepared = prepare(images, identity.face_index)
         except (ImageRejected, UserError) as exc:
-            raise IdentityUnreadable(f"identity {identity_id}: cannot prepare the stored photo again ({exc})") from None
+            reason = f"cannot prepare the stored photos again ({exc})"
+            raise IdentityUnreadable(f"identity {identity_id}: {reason}") from None
         if prepared.model_key != model_key:
             raise IdentityUnreadable(
                 f"identity {identity_id}: prepared for {prepared.model_key}, but {model_key} was asked for"

@@ -70,13 +70,15 @@ def check_prepared(data: np.ndarray, spec: PreparedSpec | None) -> None:
             raise DamagedIdentity("prepared data holds NaN or infinite values")
 
 
-_OPTIONAL = {"owner"}  # absent in identities stored before owners were recorded
+_OPTIONAL = {"owner", "photos"}  # absent in identities stored before owners, or several photos, were recorded
+MAX_PHOTOS = 10  # photos one identity may be enrolled from
 _RECORDS = {"consent"}  # checked by their own parser; absent in identities stored before consent was recorded
 
 
 def _field_types() -> dict[str, tuple[type, ...]]:
     expected: dict[str, tuple[type, ...]] = {f.name: (str,) for f in fields(Identity) if f.name not in _RECORDS}
     expected.update(faces=(int,), width=(int,), height=(int,), face_index=(int, type(None)), owner=(str, type(None)))
+    expected.update(photos=(int,))
     return expected
 
 
@@ -90,6 +92,7 @@ def parse_identity(raw: Any, identity_id: str) -> Identity:
     if missing:
         raise DamagedIdentity(f"metadata lacks {', '.join(missing)}")
     values: dict[str, Any] = {name: raw.get(name) for name in expected}
+    values["photos"] = raw.get("photos", 1)
     for name, types in expected.items():
         value = values[name]
         if isinstance(value, bool) or not isinstance(value, types):
@@ -105,6 +108,8 @@ def parse_identity(raw: Any, identity_id: str) -> Identity:
         raise DamagedIdentity("metadata names an unknown image format")
     if identity.faces < 1 or identity.width < 1 or identity.height < 1:
         raise DamagedIdentity("metadata has a face count or size below 1")
+    if not 1 <= identity.photos <= MAX_PHOTOS:
+        raise DamagedIdentity(f"metadata has {identity.photos} photos, not 1 to {MAX_PHOTOS}")
     if identity.face_index is not None and not 0 <= identity.face_index < identity.faces:
         raise DamagedIdentity("metadata chooses a face that does not exist")
     if len(identity.name) > MAX_STORED_NAME:
@@ -125,9 +130,11 @@ def read_identity(directory: Path) -> Identity:
 def check_directory(directory: Path, spec: PreparedSpec | None = None, model_key_file: str | None = None) -> None:
     """`DamagedIdentity` with the first problem found in one identity's directory."""
     identity = read_identity(directory)
-    photo = directory / identity.image_file
-    if not photo.is_file() or photo.stat().st_size == 0:
-        raise DamagedIdentity("the photo is missing or empty")
+    for number, name in enumerate(identity.image_files, 1):
+        photo = directory / name
+        if not photo.is_file() or photo.stat().st_size == 0:
+            which = "the photo" if identity.photos == 1 else f"photo {number} of {identity.photos}"
+            raise DamagedIdentity(f"{which} is missing or empty")
     if not (directory / "thumb.jpg").is_file():
         raise DamagedIdentity("the thumbnail is missing")
     for path in sorted((directory / "prepared").glob("*.npy")):

@@ -42,8 +42,8 @@ from app.media.hops import HopRecorder, install_timed_encoders
 from app.media.ice_bounds import BoundedIce, IceBounds, ice_connections
 from app.media.mailbox import Mailbox
 from app.observability import Metrics
+from app.pipeline.identity_map import FaceSources, describe_sources
 from app.pipeline.pipeline import FramePipeline
-from app.pipeline.swap import PreparedSource
 from app.pipeline.timing import StageTimer
 from app.pipeline.types import Image
 from app.provenance.service import FrameMarker
@@ -254,7 +254,7 @@ class Session:
         self,
         *,
         identity_id: str,
-        source: PreparedSource,
+        source: FaceSources,
         pipeline: FramePipeline,
         executor: Executor,
         metrics: Metrics,
@@ -470,7 +470,7 @@ class Session:
 
         return encoded
 
-    def _process(self, frame: av.VideoFrame, source: PreparedSource, timer: StageTimer) -> tuple[av.VideoFrame, Image]:
+    def _process(self, frame: av.VideoFrame, source: FaceSources, timer: StageTimer) -> tuple[av.VideoFrame, Image]:
         """Convert, swap, convert back, keeping the input's timestamp."""
         with timer.stage("convert_in"):
             image = np.asarray(frame.to_ndarray(format="bgr24"), np.uint8)
@@ -547,7 +547,7 @@ class Session:
         deadline = self._config.connect_timeout_s if ice else self._config.ice_timeout_s
         return max(0.0, deadline - elapsed) + WATCHDOG_PERIOD_S
 
-    def switch(self, identity_id: str, source: PreparedSource) -> None:
+    def switch(self, identity_id: str, source: FaceSources) -> None:
         """Use another identity from the next frame on; no renegotiation."""
         self.identity_id = identity_id
         self.source = source
@@ -580,6 +580,7 @@ class Session:
             "close_reason": self.close_reason,
             "ice": self.ice.describe(),
             "provenance": self.marker.describe() if self.marker else None,
+            "identity_map": describe_sources(self.source),
         }
 
     def _spawn(self, coro: Awaitable[None], name: str) -> None:

@@ -19,6 +19,7 @@ from app.pipeline.cover import pixelate
 from app.pipeline.detect import RetinaFaceDetector
 from app.pipeline.face_choice import FaceChoice, choose_face
 from app.pipeline.landmarks import Mesh
+from app.pipeline.identity_map import FaceSources, MappedFaces
 from app.pipeline.live import LiveTracking
 from app.pipeline.mesh_track import MeshTracking, TracksLandmarks, mesh_in, unfound_as_lost
 from app.pipeline.paste import PasteBack, PasteConfig, PasteItem
@@ -120,7 +121,7 @@ class FramePipeline:
         return LiveTracking(tracker, self.stages.detect, self._detect_executor)
 
     def process_live(
-        self, frame: Image, source: PreparedSource, live: LiveTracking, timer: StageTimer, session: str
+        self, frame: Image, source: FaceSources, live: LiveTracking, timer: StageTimer, session: str
     ) -> FrameResult:
         """One live frame: located without waiting for detection, then swapped like any other (inline
         detection at `tracker.detect_interval` when `live_detect_background` is off)."""
@@ -156,15 +157,16 @@ class FramePipeline:
     def process(
         self,
         frames: list[Image],
-        source: PreparedSource,
+        source: FaceSources,
         tracker: FaceTracker | None = None,
         timer: StageTimer | None = None,
         session: str = DEFAULT_SESSION,
         located: list[list[Face]] | None = None,
     ) -> list[FrameResult]:
-        """Swap `source` into every selected face of `frames`. `session` names the caller for the
-        batchers' fairness when several streams share the models. `located`: the frames' faces when the
-        caller tracked them already (live streams)."""
+        """Swap `source` into every selected face of `frames` (with an identity map, each face's own identity;
+        faces that match nobody are left as they are). `session` names the caller for the batchers' fairness
+        when several streams share the models. `located`: the frames' faces when the caller tracked them
+        already (live streams)."""
         timer = timer or StageTimer()
         if located is None:
             located = self.locate(frames, tracker, timer, session)
@@ -180,13 +182,14 @@ class FramePipeline:
             if tracker.config.on_face_lost != "pass":
                 located, chosen, found = unfound_as_lost(located, chosen, found)
             meshes = [mesh for frame_meshes in found for mesh in frame_meshes]
+        chosen, face_sources, meshes = self._sources(source, frames, chosen, meshes, timer)
         with timer.stage("align"):
             aligned = align_faces(frames, chosen, self.engine.align)
         with timer.stage("swap"):
             tracked = meshes or [None] * len(aligned)  # in the crops' pixels where the landmarks were tracked
             swap_items = [
-                SwapItem(a.crop, source, None if mesh is None else mesh_in(mesh, a.matrix))
-                for a, mesh in zip(aligned, tracked, strict=True)
+                SwapItem(a.crop, s, None if mesh is None else mesh_in(mesh, a.matrix))
+                for a, s, mesh in zip(aligned, face_sources, tracked, strict=True)
             ]
             swapped = self.stages.swap.process(swap_items, session=session)
         for stage in self.stages.crops:
@@ -216,6 +219,36 @@ class FramePipeline:
             self._landmark_tracks[tracker] = self.engine.new_landmark_tracking()
         return self._landmark_tracks[tracker]
 
+    @staticmethod
+    def _sources(
+        source: FaceSources,
+        frames: list[Image],
+        chosen: list[list[Face]],
+        meshes: list[Mesh | None] | None,
+        timer: StageTimer,
+    ) -> tuple[list[list[Face]], list[PreparedSource], list[Mesh | None] | None]:
+        """The faces to swap, what to swap onto each and its tracked landmarks, in `align_faces`' order: with an
+        identity map, faces that match nobody are dropped here so they pass through untouched."""
+        if not isinstance(source, MappedFaces):
+            return chosen, [source] * sum(len(faces) for faces in chosen), meshes
+        with timer.stage("identify"):
+            per_face = source.sources(frames, chosen)
+        flat_meshes: list[Mesh | None] = meshes or [None] * sum(len(faces) for faces in chosen)
+        kept: list[list[Face]] = []
+        kept_sources: list[PreparedSource] = []
+        kept_meshes: list[Mesh | None] = []
+        position = 0
+        for faces, sources in zip(chosen, per_face, strict=True):
+            frame_kept = []
+            for face, face_source in zip(faces, sources, strict=True):
+                if face_source is not None:
+                    frame_kept.append(face)
+                    kept_sources.append(face_source)
+                    kept_meshes.append(flat_meshes[position])
+                position += 1
+            kept.append(frame_kept)
+        return kept, kept_sources, (kept_meshes if meshes is not None else None)
+
     def _cover_lost(self, tracker: FaceTracker, frame: Image, faces: list[Face], items: list[PasteItem]) -> Image:
         """Hide each lost face that was being swapped: pixelate its last region and, with `hold`, freeze its
         last swapped look over it (appended to `items`)."""
@@ -238,5 +271,5 @@ class FramePipeline:
             crop = np.asarray(cv2.resize(crop, (wanted, wanted), interpolation=cv2.INTER_AREA), np.uint8)
         return PasteItem(crop, face.matrix * (crop.shape[0] / base), face.crop)
 
-    def swap_image(self, image: Image, source: PreparedSource) -> FrameResult:
+    def swap_image(self, image: Image, source: FaceSources) -> FrameResult:
         return self.process([image], source)[0]

@@ -15,6 +15,12 @@ from app.server.streams import Stream, StreamManager, StreamNotFound
 
 async def owned_source(state: ServerState, principal: Principal, identity_id: str) -> PreparedSource:
     """The identity prepared for the engine if `principal` may use it; `IdentityNotFound` otherwise."""
+    await check_owned_identity(state, principal, identity_id)
+    return await state.load_source(identity_id)
+
+
+async def check_owned_identity(state: ServerState, principal: Principal, identity_id: str) -> None:
+    """`IdentityNotFound` unless `principal` may use the identity."""
     try:
         identity = await asyncio.get_running_loop().run_in_executor(
             state.control_executor, state.store.get, identity_id
@@ -25,7 +31,6 @@ async def owned_source(state: ServerState, principal: Principal, identity_id: st
         raise
     if not principal.can_see(identity.owner):
         raise IdentityNotFound(identity_id)
-    return await state.load_source(identity_id)
 
 
 def owned_session(sessions: SessionManager, session_id: str, principal: Principal, access: Access) -> Session:

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from app.auth.access import Access
 from app.auth.principal import Principal
 from app.media.webrtc import Session
+from app.pipeline.identity_map import identities_of
 from app.server.state import ServerState
 from app.server.streams import Stream
 
@@ -119,7 +120,10 @@ class RevocationWatcher:
     # ------------------------------------------------------------------------------ revoking
 
     async def identity_deleted(self, identity_id: str) -> None:
-        await self._end(lambda resource: resource.identity_id == identity_id, IDENTITY_DELETED)
+        def uses(resource: Session | Stream) -> bool:
+            return resource.identity_id == identity_id or identity_id in identities_of(resource.source)
+
+        await self._end(uses, IDENTITY_DELETED)
 
     async def end_credentials(self, credentials: set[str]) -> None:
         def started_with(resource: Session | Stream) -> bool:

@@ -8,8 +8,8 @@ from concurrent.futures import Executor
 
 from app.media.webrtc import KIND, OfferError, PublisherFactory, Session, SessionConfig
 from app.observability import Metrics
+from app.pipeline.identity_map import FaceSources
 from app.pipeline.pipeline import FramePipeline
-from app.pipeline.swap import PreparedSource
 from app.provenance.service import Provenance
 from app.server.admission import Admission
 
@@ -68,7 +68,7 @@ class SessionManager:
         return session
 
     async def open(
-        self, offer: str, identity_id: str, source: PreparedSource, owner: str = "", *, label: bool | None = None
+        self, offer: str, identity_id: str, source: FaceSources, owner: str = "", *, label: bool | None = None
     ) -> tuple[Session, str]:
         """Admit (against the global and the owner's capacity), negotiate and register a session; returns it with
         the SDP answer. Its frames carry a mark issued to it and `owner` (and the visible label if `label`, or by

@@ -10,6 +10,7 @@ import numpy as np
 from prometheus_client import CollectorRegistry
 
 from app.identity.cache import IdentityCache
+from app.identity.embedder import REFERENCE, build_embedder, reference_preparer
 from app.identity.enrol import re_preparer
 from app.identity.images import decode_slots
 from app.identity.quota import IdentityQuota, UsageOf
@@ -19,6 +20,7 @@ from app.media.ice_bounds import IceBounds
 from app.media.webrtc import SessionConfig, use_host_addresses
 from app.model_store import open_model_store
 from app.observability import Metrics
+from app.pipeline.identity_map import FaceEmbedder
 from app.pipeline.pipeline import FramePipeline
 from app.pipeline.swap import PreparedSource
 from app.provenance.service import Provenance
@@ -113,6 +115,9 @@ class ServerState:
             self._load_identity, max_items=settings.identity_cache_items, registry=self.metrics.registry
         )
         self.pipeline: FramePipeline | None = None
+        # Who a face is, for identity maps: loaded on the first map (app.identity.embedder).
+        self._embedder: FaceEmbedder | None = None
+        self._embedder_lock = asyncio.Lock()
         self.prepared_spec: PreparedSpec | None = None
         # Stored identities found damaged (id -> reason): left out of lists, refused with 409, deletable.
         self.damaged: dict[str, str] = {}
@@ -222,6 +227,8 @@ class ServerState:
             log.warning("some sessions or streams did not close within %.1f s", grace)
         loop = asyncio.get_running_loop()
         await loop.run_in_executor(self.control_executor, self.rtsp.stop)
+        if self._embedder is not None:
+            self._embedder.close()
         if self.pipeline is not None:  # a pipeline with batchers stops their threads
             try:
                 await loop.run_in_executor(self.control_executor, self.pipeline.close)
@@ -258,6 +265,10 @@ class ServerState:
         pipeline = self.pipeline
         if pipeline is None:
             raise NotReady(self.not_ready_reason)
+        embedder = self._embedder
+        if embedder is not None and model_key == embedder.key:  # a person's reference for identity maps
+            prepare = reference_preparer(pipeline.detector, embedder)
+            return self.store.load_prepared(identity_id, model_key, REFERENCE, prepare)
         return self.store.load_prepared(
             identity_id, model_key, pipeline.engine.name, re_preparer(pipeline), self.prepared_spec
         )
@@ -272,6 +283,29 @@ class ServerState:
         self.check_usable(identity_id)
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self.control_executor, self.cache.get, identity_id, pipeline.engine.model_key)
+
+    async def embedder(self) -> FaceEmbedder:
+        """The face embedder identity maps match with, loaded once (off the event loop)."""
+        pipeline = self.pipeline
+        if pipeline is None:
+            raise NotReady(self.not_ready_reason)
+        async with self._embedder_lock:
+            if self._embedder is None:
+                store = open_model_store(self.settings.models)
+                self._embedder = await asyncio.get_running_loop().run_in_executor(
+                    self.control_executor, build_embedder, pipeline.engine, self.settings.pipeline, store
+                )
+        return self._embedder
+
+    async def load_reference(self, identity_id: str) -> np.ndarray:
+        """The identity's photos as a person's reference embedding (cached and stored like a preparation)."""
+        embedder = await self.embedder()
+        if not is_identity_id(identity_id):
+            raise IdentityNotFound(identity_id)
+        self.check_usable(identity_id)
+        loop = asyncio.get_running_loop()
+        prepared = await loop.run_in_executor(self.control_executor, self.cache.get, identity_id, embedder.key)
+        return prepared.data
 
     def _rtsp_clients(self) -> int:
         paths: list[str] = []

@@ -18,8 +18,8 @@ import av
 
 from app.media.rtsp_in import IngestWorker, SourceForbidden, is_live_source
 from app.observability import Metrics
+from app.pipeline.identity_map import FaceSources, describe_sources
 from app.pipeline.pipeline import FramePipeline
-from app.pipeline.swap import PreparedSource
 from app.pipeline.timing import StageTimer
 from app.pipeline.types import Image
 from app.provenance.service import FrameMarker, Provenance
@@ -112,7 +112,7 @@ class Stream:
         *,
         source_url: str,
         identity_id: str,
-        source: PreparedSource,
+        source: FaceSources,
         pipeline: FramePipeline,
         metrics: Metrics,
         display_url: str | None = None,
@@ -188,7 +188,7 @@ class Stream:
     def on_state(self, state: str) -> None:
         self.state = state
 
-    def switch(self, identity_id: str, source: PreparedSource) -> None:
+    def switch(self, identity_id: str, source: FaceSources) -> None:
         self.identity_id = identity_id
         self.source = source
 
@@ -211,6 +211,7 @@ class Stream:
             "created": self.created,
             "rtsp_url": self.rtsp_url,
             "provenance": self.marker.describe() if self.marker else None,
+            "identity_map": describe_sources(self.source),
             "stats": {k: v for k, v in worker_stats.items() if isinstance(v, int | float | str | None)},
         }
 
@@ -276,7 +277,7 @@ class StreamManager:
         self,
         source_url: str,
         identity_id: str,
-        source: PreparedSource,
+        source: FaceSources,
         *,
         display_url: str | None = None,
         owner: str = "",

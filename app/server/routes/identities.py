@@ -3,21 +3,21 @@
 import asyncio
 import re
 import threading
-from dataclasses import asdict
 from pathlib import PurePath
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, HTTPException, Path, Request, Response
-from pydantic import BaseModel
+from pydantic import BaseModel, field_serializer
 from starlette.datastructures import UploadFile
 from starlette.formparsers import MultiPartException, MultiPartParser
 
 from app.auth.guard import AccessDep, IdentitiesRead, IdentitiesWrite, client_address
 from app.auth.principal import Principal
 from app.identity.consent import Consent, ConsentStatement
-from app.identity.enrol import enrol
+from app.identity.enrol import Upload, enrol_photos
 from app.identity.images import sniff_format
 from app.identity.store import Identity, IdentityNotFound, IdentityUnreadable
+from app.identity.validate import MAX_PHOTOS
 from app.server.deps import PipelineDep, RevocationDep, StateDep, StoreDep
 from app.server.limits import capped_stream, media_type
 
@@ -43,9 +43,23 @@ class IdentityOut(BaseModel):
     height: int
     warnings: list[str] = []  # why this photo may swap badly (open mouth, closed eyes); given on upload
     consent: Consent | None  # the uploader's statement; null for identities stored before consent was recorded
+    photos: int = 1  # photos it was enrolled from
+    # Given on upload: the photo (0-based, in upload order) the engine uses, or null when it uses all of them
+    # (inswapper: their mean embedding).
+    photo_used: int | None = None
+
+    @field_serializer("consent")
+    def _consent(self, consent: Consent | None) -> dict[str, Any] | None:
+        return consent.to_json() if consent is not None else None
 
     @classmethod
-    def of(cls, identity: Identity, model_key: str | None, warnings: list[str] | None = None) -> "IdentityOut":
+    def of(
+        cls,
+        identity: Identity,
+        model_key: str | None,
+        warnings: list[str] | None = None,
+        photo_used: int | None = None,
+    ) -> "IdentityOut":
         return cls(
             id=identity.id,
             name=identity.name,
@@ -57,6 +71,8 @@ class IdentityOut(BaseModel):
             height=identity.height,
             warnings=warnings or [],
             consent=identity.consent,
+            photos=identity.photos,
+            photo_used=photo_used,
         )
 
 
@@ -91,8 +107,9 @@ def _parse_face_index(raw: str | None) -> int | None:
 async def create_identity(
     request: Request, principal: IdentitiesWrite, state: StateDep, pipeline: PipelineDep, access: AccessDep
 ) -> IdentityOut:
-    """Multipart form: `image` (JPEG, PNG or WebP), `consent` (`self`: the photo shows you, or `obtained`: it
-    shows someone who agreed, with `attestation` saying who and how), optional `face_index`, optional `name`."""
+    """Multipart form: `image` (JPEG, PNG or WebP; repeat it for up to 10 photos of the same person, together
+    within the upload limit), `consent` (`self`: the photos show you, or `obtained`: they show someone who agreed,
+    with `attestation` saying who and how), optional `face_index`, optional `name`."""
     settings = state.settings
     state.rate_limiter.hit("uploads", principal.id, client_address(request))
     owner = principal.id
@@ -104,18 +121,21 @@ async def create_identity(
     parser = MultiPartParser(
         request.headers,
         capped_stream(request, upload_limit(settings.max_upload_bytes)),
-        max_files=1,
+        max_files=MAX_PHOTOS,
         max_fields=6,
         max_part_size=4096,
     )
     try:
         form = await parser.parse()
     except MultiPartException as exc:
+        if "Too many files" in str(exc):
+            raise HTTPException(422, f"an identity takes at most {MAX_PHOTOS} photos (`image` fields)") from None
         raise HTTPException(400, f"malformed multipart body: {exc}") from None
     try:
-        upload = form.get("image")
-        if not isinstance(upload, UploadFile):
-            raise HTTPException(422, "the form has no `image` file field")
+        fields = form.getlist("image")
+        files = [f for f in fields if isinstance(f, UploadFile)]
+        if not files or len(files) != len(fields):
+            raise HTTPException(422, "the form has no `image` file field" if not files else "`image` must be files")
         raw_name = form.get("name")
         raw_index = form.get("face_index")
         if isinstance(raw_name, UploadFile) or isinstance(raw_index, UploadFile):
@@ -124,28 +144,22 @@ async def create_identity(
         if isinstance(raw_consent, UploadFile) or isinstance(raw_attestation, UploadFile):
             raise HTTPException(422, "`consent` and `attestation` must be plain form fields")
         face_index = _parse_face_index(raw_index)
-        name = _clean_name(raw_name, upload.filename)
+        name = _clean_name(raw_name, files[0].filename)
         consent = ConsentStatement.parse(raw_consent, raw_attestation)
-        if upload.size is not None and upload.size > settings.max_upload_bytes:
-            raise HTTPException(413, f"image is over the limit of {settings.max_upload_bytes} bytes")
-        data = await upload.read(settings.max_upload_bytes + 1)
+        uploads = [await _read_photo(f, settings.max_upload_bytes, n, len(files)) for n, f in enumerate(files, 1)]
     finally:
         await form.close()
-    if len(data) > settings.max_upload_bytes:
-        raise HTTPException(413, f"image is over the limit of {settings.max_upload_bytes} bytes")
-    if not data:
-        raise HTTPException(422, "the image field is empty")
-    if sniff_format(data) is None:
-        raise HTTPException(415, "unsupported image type: send a JPEG, PNG or WebP file")
+    if sum(len(u.data) for u in uploads) > settings.max_upload_bytes:
+        raise HTTPException(413, f"the photos are over the limit of {settings.max_upload_bytes} bytes together")
 
     enrolment = await loop.run_in_executor(
-        state.control_executor, enrol, pipeline, data, settings.max_image_pixels, face_index
+        state.control_executor, enrol_photos, pipeline, uploads, settings.max_image_pixels, face_index
     )
     prepared = enrolment.prepared
-    adding = len(enrolment.stored) + len(enrolment.thumbnail) + prepared.nbytes
+    adding = enrolment.stored_bytes + len(enrolment.thumbnail) + prepared.nbytes
 
     def checked_create() -> Identity:
-        given = Consent.record(consent, upload=data, owner=owner)
+        given = Consent.record(consent, upload=uploads[0].data, owner=owner, more_uploads=[u.data for u in uploads[1:]])
         with _quota_lock:  # check and create as one step, so parallel uploads cannot overshoot the quota
             state.identity_quota.check(usage_of(owner), adding)
             return state.store.create(
@@ -160,6 +174,7 @@ async def create_identity(
                 prepared=prepared,
                 owner=owner,
                 consent=given,
+                extra_photos=enrolment.extra_stored,
             )
 
     identity = await loop.run_in_executor(state.control_executor, checked_create)
@@ -168,9 +183,25 @@ async def create_identity(
         "identity_created",
         identity=identity.id,
         owner=principal.id,
-        consent=asdict(identity.consent) if identity.consent else None,
+        consent=identity.consent.to_json() if identity.consent else None,
     )
-    return IdentityOut.of(identity, prepared.model_key, enrolment.warnings)
+    return IdentityOut.of(identity, prepared.model_key, enrolment.warnings, enrolment.photo_used)
+
+
+async def _read_photo(upload: UploadFile, limit: int, number: int, count: int) -> Upload:
+    """One `image` part, checked for size, emptiness and type; the reason names the photo when there are several."""
+    which = "image" if count == 1 else f"photo {number}" + (f" ({upload.filename[:60]})" if upload.filename else "")
+    if upload.size is not None and upload.size > limit:
+        raise HTTPException(413, f"{which} is over the limit of {limit} bytes")
+    data = await upload.read(limit + 1)
+    if len(data) > limit:
+        raise HTTPException(413, f"{which} is over the limit of {limit} bytes")
+    if not data:
+        raise HTTPException(422, f"the {which} field is empty" if count == 1 else f"{which} is empty")
+    if sniff_format(data) is None:
+        prefix = "" if count == 1 else f"{which}: "
+        raise HTTPException(415, f"{prefix}unsupported image type: send a JPEG, PNG or WebP file")
+    return Upload(data, upload.filename)
 
 
 def _model_key(state: StateDep) -> str | None:

@@ -3,22 +3,19 @@
 from typing import Annotated, Any
 
 from fastapi import APIRouter, HTTPException, Path, Query, Request, Response
-from pydantic import BaseModel, Field
 
 from app.auth.guard import AccessDep, SessionsUser, client_address
 from app.identity.store import IdentityNotFound
 from app.media.advertise import advertise_host_candidates
+from app.pipeline.identity_map import identities_of
 from app.server.deps import RevocationDep, SessionsDep, StateDep
+from app.server.identity_maps import MAX_MAP_ENTRIES, SourceChoice, parse_query_map, sources_for
 from app.server.limits import media_type, read_capped
-from app.server.owned import owned_session, owned_source
+from app.server.owned import owned_session
 
 router = APIRouter(prefix="/v1/sessions", tags=["sessions"])
 
 SessionId = Annotated[str, Path(min_length=1, max_length=64)]
-
-
-class SwitchIdentity(BaseModel):
-    identity: str = Field(min_length=1, max_length=64)
 
 
 @router.post("", status_code=201)
@@ -30,28 +27,34 @@ async def create_session(
     revocation: RevocationDep,
     identity: Annotated[str | None, Query(max_length=64)] = None,
     label: Annotated[bool | None, Query()] = None,
+    map: Annotated[list[str] | None, Query(max_length=MAX_MAP_ENTRIES * 130)] = None,
+    match_threshold: Annotated[float | None, Query(ge=-1.0, le=1.0)] = None,
 ) -> Response:
-    """Body: the client's SDP offer (`Content-Type: application/sdp`, ICE gathering complete). `label=true`
-    puts the visible "AI-generated" label on the output (the settings' default otherwise)."""
+    """Body: the client's SDP offer (`Content-Type: application/sdp`, ICE gathering complete). `identity` swaps
+    every face; or `map=PERSON:IDENTITY` (repeated) swaps each person's face with their identity and leaves other
+    faces as they are (`match_threshold`: the cosine similarity a face needs to a person). `label=true` puts
+    the visible "AI-generated" label on the output (the settings' default otherwise)."""
     settings = state.settings
     state.rate_limiter.hit("sessions", principal.id, client_address(request))
     if media_type(request) != "application/sdp":
         raise HTTPException(415, "send the offer as application/sdp")
     body = await read_capped(request, settings.sdp_max_bytes)
-    if not identity:
-        raise HTTPException(422, "query parameter `identity` is required")
+    if not identity and not map:
+        raise HTTPException(422, "query parameter `identity` (or `map`) is required")
+    entries = parse_query_map(map) if map else None
     try:
         offer = body.decode("utf-8")
     except UnicodeDecodeError:
         raise HTTPException(400, "the offer is not UTF-8 text") from None
     if "\x00" in offer:
         raise HTTPException(400, "the offer contains NUL characters")
-    source = await owned_source(state, principal, identity)
-    session, answer = await sessions.open(offer, identity, source, principal.id, label=label)
+    chosen, source = await sources_for(state, principal, None, identity or None, entries, match_threshold)
+    session, answer = await sessions.open(offer, chosen, source, principal.id, label=label)
     revocation.session_started(session, principal)
-    if not state.store.exists(identity):  # deleted while this session was negotiated
-        await session.close("identity deleted")
-        raise IdentityNotFound(identity)
+    for used in sorted({chosen} | identities_of(source)):
+        if not state.store.exists(used):  # deleted while this session was negotiated
+            await session.close("identity deleted")
+            raise IdentityNotFound(used)
     if settings.advertised_address is not None:
         answer = advertise_host_candidates(answer, str(settings.advertised_address))
     headers = {"Location": f"/v1/sessions/{session.id}"}
@@ -77,16 +80,19 @@ async def get_session(
 @router.patch("/{session_id}")
 async def switch_identity(
     session_id: SessionId,
-    change: SwitchIdentity,
+    change: SourceChoice,
     principal: SessionsUser,
     state: StateDep,
     sessions: SessionsDep,
     access: AccessDep,
 ) -> dict[str, Any]:
-    """Switch to another identity of the session's owner (admin: any)."""
+    """Switch to another identity of the session's owner (admin: any), or to another identity map
+    (`{"map": [{"person": ID, "identity": ID}], "match_threshold": 0.92}`), from the next frame on."""
     session = owned_session(sessions, session_id, principal, access)
-    source = await owned_source(state, principal, change.identity)
-    session.switch(change.identity, source)
+    chosen, source = await sources_for(
+        state, principal, session.source, change.identity, change.map, change.match_threshold
+    )
+    session.switch(chosen, source)
     return session.stats()
 
 

@@ -6,12 +6,13 @@ from typing import Annotated, Any
 from urllib.parse import urlsplit
 
 from fastapi import APIRouter, HTTPException, Path, Request, Response
-from pydantic import BaseModel, Field
+from pydantic import Field
 
 from app.auth.guard import AccessDep, StreamsUser, client_address
 from app.server.deps import RevocationDep, StateDep, StreamsDep
+from app.server.identity_maps import SourceChoice, sources_for
 from app.server.ingest_policy import CheckedSource
-from app.server.owned import owned_source, owned_stream
+from app.server.owned import owned_stream
 from app.server.settings import ServerSettings
 
 router = APIRouter(prefix="/v1/streams", tags=["streams"])
@@ -19,9 +20,10 @@ router = APIRouter(prefix="/v1/streams", tags=["streams"])
 StreamId = Annotated[str, Path(min_length=1, max_length=64)]
 
 
-class StreamRequest(BaseModel):
+class StreamRequest(SourceChoice):
+    """`source_url`, and `identity` for every face or `map` (`[{"person": ID, "identity": ID}]`) by person."""
+
     source_url: str = Field(min_length=1, max_length=2048)
-    identity: str = Field(min_length=1, max_length=64)
     label: bool | None = None  # the visible "AI-generated" label; the settings' default when not given
 
 
@@ -66,11 +68,13 @@ async def create_stream(
     state.rate_limiter.hit("streams", principal.id, client_address(http))
     source_url = check_source(request.source_url, state.settings)
     streams.check_available()
-    source = await owned_source(state, principal, request.identity)  # before probing anything for the request
+    chosen, source = await sources_for(  # before probing anything for the request
+        state, principal, None, request.identity, request.map, request.match_threshold
+    )
     checked = await _checked(state, source_url)
     stream = await streams.open(
         checked.connect_url,
-        request.identity,
+        chosen,
         source,
         display_url=checked.display_url,
         owner=principal.id,
@@ -98,6 +102,24 @@ async def restart_stream(
     stream = owned_stream(streams, stream_id, principal, access)
     checked = await _checked(state, stream.requested_url)
     return (await streams.restart(stream_id, checked.connect_url)).stats()
+
+
+@router.patch("/{stream_id}")
+async def change_stream_source(
+    stream_id: StreamId,
+    change: SourceChoice,
+    principal: StreamsUser,
+    state: StateDep,
+    streams: StreamsDep,
+    access: AccessDep,
+) -> dict[str, Any]:
+    """Switch the stream to another identity or identity map of its owner's (admin: any), from the next frame."""
+    stream = owned_stream(streams, stream_id, principal, access)
+    chosen, source = await sources_for(
+        state, principal, stream.source, change.identity, change.map, change.match_threshold
+    )
+    stream.switch(chosen, source)
+    return stream.stats()
 
 
 @router.get("")

@@ -1,0 +1,161 @@
+"""Who a face is: the embedders identity maps match faces with (`app.pipeline.identity_map`).
+
+The ArcFace recognizer (512-d) when its weights are in the model store; otherwise dlib's 128-d ResNet embedder
+from `face_recognition_models` (CC0) with dlib's 5-point shape predictor (CC0, trained on dlib's own 5-point
+set) to align the face: both ship in packages, so "swap only me" works without any download. The 68-point
+predictor (non-commercial training data) is never used here.
+
+Every embedding is L2-normalised and compared by cosine similarity; each embedder brings the threshold at
+which two faces are taken for the same person (`same_person`).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import threading
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from app.errors import ModelError, UserError
+from app.identity.store import Prepare
+from app.pipeline.detect import RetinaFaceDetector
+from app.pipeline.face_choice import choose_face, enrolled_choice
+from app.pipeline.identity_map import FaceEmbedder, mean_embedding
+from app.pipeline.recognize import ArcFaceRecognizer
+from app.pipeline.swap import InswapperEngine, PreparedSource, SwapEngine
+from app.pipeline.types import Face, Image
+from app.settings import PipelineSettings
+from engines.store import ModelStore
+
+_HINT = "pip install dlib-bin==20.0.1.post1 face_recognition_models==0.3.0 (the `match` extra)"
+# dlib's published same-person threshold is 0.6 in euclidean distance between its raw vectors, whose length is
+# about 1.46 on faces: 0.6 / 1.46 = 0.41 between unit vectors, 1 - 0.41**2 / 2 = 0.92 in cosine similarity.
+# Measured on the sample photos (the six people of insightface's t1, the astronaut, Tom Hanks): different people
+# 0.80-0.906 (raw distance 0.63-0.89), the same photo scaled by 0.6 and 1.3 and recompressed 0.98-0.999.
+DLIB_SAME_PERSON = 0.92
+# ArcFace w600k_r50: insightface's verification threshold region (different people rarely above 0.3).
+ARCFACE_SAME_PERSON = 0.4
+
+
+class EmbedderUnavailable(UserError):
+    """No embedder can run here; the message says what to install."""
+
+
+def _normalised(vector: np.ndarray) -> np.ndarray:
+    flat = np.asarray(vector, np.float32).reshape(-1)
+    return (flat / max(float(np.linalg.norm(flat)), 1e-12)).astype(np.float32)
+
+
+class DlibEmbedder:
+    """dlib's 128-d ResNet on the face given by its box (dlib's 5 points align it). About 0.1 s per face on one
+    core: run once per new face track, never per frame. dlib's objects are not thread-safe: one call at a time."""
+
+    name = "dlib-resnet-128"
+    same_person = DLIB_SAME_PERSON
+
+    def __init__(self) -> None:
+        try:
+            import dlib
+        except ImportError:
+            raise EmbedderUnavailable(f"matching faces without ArcFace weights needs dlib: {_HINT}") from None
+        models = _models_dir()
+        self._dlib: Any = dlib
+        self._shape = dlib.shape_predictor(str(models / "shape_predictor_5_face_landmarks.dat"))
+        self._net = dlib.face_recognition_model_v1(str(models / "dlib_face_recognition_resnet_model_v1.dat"))
+        self._lock = threading.Lock()
+
+    @property
+    def key(self) -> str:
+        return self.name
+
+    def embed(self, image: Image, faces: list[Face]) -> list[np.ndarray]:
+        if not faces:
+            return []
+        rgb = np.ascontiguousarray(image[..., ::-1])
+        with self._lock:
+            shapes = self._dlib.full_object_detections()
+            for face in faces:
+                x1, y1, x2, y2 = (round(float(v)) for v in face.box)
+                shapes.append(self._shape(rgb, self._dlib.rectangle(x1, y1, x2, y2)))
+            vectors = self._net.compute_face_descriptor(rgb, shapes)
+        return [_normalised(np.array(v)) for v in vectors]
+
+    def close(self) -> None:
+        pass
+
+
+class ArcFaceEmbedder:
+    """The ArcFace recognizer the inswapper engine uses (or one loaded for matching alone)."""
+
+    name = "arcface"
+    same_person = ARCFACE_SAME_PERSON
+
+    def __init__(self, recognizer: ArcFaceRecognizer, model_name: str, *, owned: bool = False) -> None:
+        self._recognizer = recognizer
+        self._model_name = model_name
+        self._owned = owned
+
+    @property
+    def key(self) -> str:
+        return f"arcface:{self._model_name}"
+
+    def embed(self, image: Image, faces: list[Face]) -> list[np.ndarray]:
+        if not faces:
+            return []
+        crops = [self._recognizer.crop(image, face) for face in faces]
+        return [_normalised(v) for v in self._recognizer.process(crops)]
+
+    def close(self) -> None:
+        if self._owned:
+            self._recognizer.close()
+
+
+def _models_dir() -> Path:
+    # Found without importing the package: its __init__ needs pkg_resources.
+    try:
+        spec = importlib.util.find_spec("face_recognition_models")
+    except (ImportError, ValueError):
+        spec = None
+    if spec is None or not spec.submodule_search_locations:
+        raise EmbedderUnavailable(f"matching faces without ArcFace weights needs face_recognition_models: {_HINT}")
+    return Path(next(iter(spec.submodule_search_locations))) / "models"
+
+
+def build_embedder(engine: SwapEngine, settings: PipelineSettings, store: ModelStore) -> FaceEmbedder:
+    """The inswapper engine's own recognizer; else the ArcFace recognizer when its weights are in the store;
+    else dlib's embedder (`EmbedderUnavailable` when dlib is not installed either)."""
+    inner: object = engine
+    while (wrapped := getattr(inner, "inner", None)) is not None:  # wrappers (the mouth mask)
+        inner = wrapped
+    if isinstance(inner, InswapperEngine):
+        return ArcFaceEmbedder(inner.recognizer, settings.recognizer_model)
+    try:
+        present = store.status(settings.recognizer_model) == "verified"
+    except ModelError:  # an unknown model name
+        present = False
+    if present:
+        from app.pipeline.factory import load_model  # the model loader, only when the weights are there
+
+        recognizer = ArcFaceRecognizer(load_model(store, settings.recognizer_model, settings))
+        return ArcFaceEmbedder(recognizer, settings.recognizer_model, owned=True)
+    return DlibEmbedder()
+
+
+REFERENCE = "reference"  # the engine name reference embeddings are stored under
+
+
+def reference_preparer(detector: RetinaFaceDetector, embedder: FaceEmbedder) -> Prepare:
+    """How an identity becomes a person's reference for identity maps: the normalised mean embedding of the
+    enrolled face of every photo (stored beside the engine's preparation, keyed by the embedder)."""
+
+    def prepare(images: list[Image], face_index: int | None) -> PreparedSource:
+        embeddings = []
+        for image in images:
+            (faces,) = detector.process([image])
+            face = choose_face(faces, enrolled_choice(face_index))
+            embeddings.extend(embedder.embed(image, [face]))
+        return PreparedSource(REFERENCE, embedder.key, mean_embedding(embeddings))
+
+    return prepare

@@ -1,0 +1,176 @@
+"""Identity maps on real photos: in insightface's group photo (six people) only the mapped people change, each
+into their own identity, and every pixel outside their swapped regions stays exactly as it was. Faces are
+embedded once per track, and a new map re-matches them without embedding anyone again."""
+
+import cv2
+import numpy as np
+import pytest
+
+from app.identity.embedder import DlibEmbedder
+from app.media.clips import load_sample
+from app.pipeline.align import estimate_matrix
+from app.pipeline.detect import RetinaFaceDetector
+from app.pipeline.identity_map import RECHECK_FRAMES, IdentityMap, MapEntry, MappedFaces, mean_embedding
+from app.pipeline.pipeline import FramePipeline
+from app.pipeline.swap import ClassicEngine, PreparedSource
+from app.pipeline.track import FaceTracker
+from app.pipeline.types import Face, Image
+from tests.server.harness import face_crop
+
+
+@pytest.fixture(scope="module")
+def embedder() -> DlibEmbedder:
+    return DlibEmbedder()
+
+
+@pytest.fixture(scope="module")
+def pipeline(detector: RetinaFaceDetector) -> FramePipeline:
+    return FramePipeline(detector, ClassicEngine())
+
+
+@pytest.fixture(scope="module")
+def people(detector: RetinaFaceDetector, t1: Image) -> list[Face]:
+    (faces,) = detector.process([t1])
+    assert len(faces) == 6
+    return sorted(faces, key=lambda f: float(f.box[0]))  # left to right
+
+
+@pytest.fixture(scope="module")
+def looks(pipeline: FramePipeline) -> dict[str, PreparedSource]:
+    return {name: pipeline.prepare_source(load_sample(name)) for name in ("tom_hanks", "astronaut")}
+
+
+def reference(embedder: DlibEmbedder, detector: RetinaFaceDetector, t1: Image, face: Face) -> np.ndarray:
+    """A "reference photo" of one of the six: their face cut out of the group photo, as a user would upload it."""
+    photo = face_crop(t1, face.box)
+    (found,) = detector.process([photo])
+    return mean_embedding(embedder.embed(photo, [max(found, key=lambda f: f.area)]))
+
+
+def swapped_region(pipeline: FramePipeline, frame: Image, face: Face) -> np.ndarray:
+    """Where paste-back may write for this face: its aligned crop's square mapped back into the frame."""
+    spec = pipeline.engine.align
+    inverse = cv2.invertAffineTransform(estimate_matrix(face.landmarks, spec))
+    square = np.full((spec.size, spec.size), 255, np.uint8)
+    height, width = frame.shape[:2]
+    region = cv2.warpAffine(square, inverse, (width, height), flags=cv2.INTER_NEAREST)
+    return np.asarray(cv2.dilate(region, np.ones((5, 5), np.uint8)) > 0)
+
+
+def changed(a: Image, b: Image) -> np.ndarray:
+    return np.asarray((a != b).any(axis=2))
+
+
+def test_only_the_mapped_people_change_each_into_their_own_identity(
+    pipeline: FramePipeline,
+    detector: RetinaFaceDetector,
+    embedder: DlibEmbedder,
+    t1: Image,
+    people: list[Face],
+    looks: dict[str, PreparedSource],
+) -> None:
+    first, fourth = people[0], people[3]
+    entries = (
+        MapEntry("ref-a", "tom", reference(embedder, detector, t1, first), looks["tom_hanks"]),
+        MapEntry("ref-d", "astronaut", reference(embedder, detector, t1, fourth), looks["astronaut"]),
+    )
+    mapped = MappedFaces(IdentityMap(entries, embedder.same_person, embedder.key), embedder)
+
+    result = pipeline.process([t1], mapped, pipeline.new_stream())[0]
+
+    swapped_boxes = sorted(float(f.box[0]) for f in result.faces)
+    assert swapped_boxes == pytest.approx([float(first.box[0]), float(fourth.box[0])], abs=4.0)
+    regions = swapped_region(pipeline, t1, first) | swapped_region(pipeline, t1, fourth)
+    diff = changed(result.image, t1)
+    assert diff.any()
+    assert not (diff & ~regions).any(), f"{int((diff & ~regions).sum())} pixels changed outside the swapped faces"
+    for other in (people[1], people[2], people[4], people[5]):  # the four unmapped people, untouched
+        x1, y1, x2, y2 = (int(v) for v in other.box)
+        inside = np.zeros_like(diff)
+        inside[y1:y2, x1:x2] = True
+        assert not (diff & inside & ~regions).any()
+
+    # Each mapped face became its own identity: what one identity on every face gives there.
+    for face, look in ((first, looks["tom_hanks"]), (fourth, looks["astronaut"])):
+        alone = pipeline.process([t1], look)[0].image
+        x1, y1, x2, y2 = (int(v) for v in face.box)
+        mapped_face = result.image[y1:y2, x1:x2].astype(np.int16)
+        assert np.abs(mapped_face - alone[y1:y2, x1:x2]).mean() < 1.0
+        assert np.abs(mapped_face - t1[y1:y2, x1:x2]).mean() > 10.0
+
+
+def test_faces_are_embedded_once_per_track_and_a_new_map_rematches_them(
+    pipeline: FramePipeline,
+    detector: RetinaFaceDetector,
+    embedder: DlibEmbedder,
+    t1: Image,
+    people: list[Face],
+    looks: dict[str, PreparedSource],
+) -> None:
+    streamer, guest = people[2], people[5]
+    only_me = IdentityMap(
+        (MapEntry("me", "tom", reference(embedder, detector, t1, streamer), looks["tom_hanks"]),),
+        embedder.same_person,
+        embedder.key,
+    )
+    mapped = MappedFaces(only_me, embedder)
+    tracker = pipeline.new_stream()
+    frames = [np.ascontiguousarray(np.roll(t1, shift, axis=1)) for shift in (0, 2, 4, 6)]
+    results = [pipeline.process([frame], mapped, tracker)[0] for frame in frames]
+    assert mapped.embedded == 6  # six tracks, each embedded when it started, not on every frame
+    for result in results:
+        assert len(result.faces) == 1
+        assert abs(float(result.faces[0].box[0]) - float(streamer.box[0])) < 12
+
+    # Live change: the guest instead. Same tracks, no new embedding, the other face swapped from the next frame.
+    mapped.replace(
+        IdentityMap(
+            (MapEntry("guest", "astronaut", reference(embedder, detector, t1, guest), looks["astronaut"]),),
+            embedder.same_person,
+            embedder.key,
+        )
+    )
+    after = pipeline.process([frames[-1]], mapped, tracker)[0]
+    assert mapped.embedded == 6
+    assert len(after.faces) == 1 and abs(float(after.faces[0].box[0]) - float(guest.box[0])) < 12
+
+
+def test_a_face_that_matches_nobody_is_left_as_it_is(
+    pipeline: FramePipeline, embedder: DlibEmbedder, t1: Image, looks: dict[str, PreparedSource]
+) -> None:
+    tom = load_sample("tom_hanks")
+    (found,) = pipeline.detector.process([tom])
+    stranger = mean_embedding(embedder.embed(tom, found))  # nobody in the group photo
+    mapped = MappedFaces(
+        IdentityMap((MapEntry("tom", "astronaut", stranger, looks["astronaut"]),), embedder.same_person, embedder.key),
+        embedder,
+    )
+    result = pipeline.process([t1], mapped, FaceTracker())[0]
+    assert result.faces == []
+    assert np.array_equal(result.image, t1)
+
+
+def test_unmatched_tracks_are_looked_at_again_now_and_then_one_per_frame(
+    detector: RetinaFaceDetector,
+    embedder: DlibEmbedder,
+    t1: Image,
+    people: list[Face],
+    looks: dict[str, PreparedSource],
+) -> None:
+    streamer = people[2]
+    only_me = IdentityMap(
+        (MapEntry("me", "tom", reference(embedder, detector, t1, streamer), looks["tom_hanks"]),),
+        embedder.same_person,
+        embedder.key,
+    )
+    mapped = MappedFaces(only_me, embedder)
+    tracked = [Face(f.box, f.score, f.landmarks, track_id=i) for i, f in enumerate(people)]
+    for _ in range(RECHECK_FRAMES):
+        mapped.sources([t1], [tracked])
+    assert mapped.embedded == 6
+    for extra in range(1, 6):  # the five bystanders, one a frame; the streamer (matched) never again
+        mapped.sources([t1], [tracked])
+        assert mapped.embedded == 6 + extra
+    chosen = mapped.sources([t1], [tracked])[0]
+    assert mapped.embedded == 11
+    assert [source is not None for source in chosen] == [False, False, True, False, False, False]

@@ -38,6 +38,7 @@ from aiortc import (
 from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
 
 from app.media.audio_sync import DelayedAudioTrack
+from app.media.encoder import configure_encoders
 from app.media.hops import HopRecorder, install_timed_encoders
 from app.media.mailbox import Mailbox
 from app.observability import Metrics
@@ -47,6 +48,7 @@ from app.pipeline.timing import StageTimer
 from app.pipeline.types import Image
 from app.provenance.service import FrameMarker
 from app.runtime.batcher import BatcherError
+from app.settings import EncoderSettings
 
 log = logging.getLogger(__name__)
 
@@ -80,6 +82,7 @@ class SessionConfig:
     # timeout (four canned offers with no peer behind them held every slot for 20 s).
     ice_timeout_s: float = 5.0
     max_remote_candidates: int = MAX_REMOTE_CANDIDATES
+    encoder: EncoderSettings = field(default_factory=EncoderSettings)
 
 
 def bindable_host_addresses() -> list[str]:
@@ -263,6 +266,7 @@ class Session:
         self.closed = asyncio.Event()
         self.counters = SessionCounters()
         self.hops = HopRecorder(metrics.hop_seconds, KIND)
+        configure_encoders(config.encoder)
         install_timed_encoders()
         self.marker: FrameMarker | None = None  # watermark and label of every output frame
         self._pipeline = pipeline

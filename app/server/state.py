@@ -170,6 +170,7 @@ class ServerState:
                 media_timeout_s=s.media_timeout_s,
                 ice_timeout_s=s.ice_timeout_s,
                 max_remote_candidates=s.max_remote_candidates,
+                encoder=s.encoder,
             ),
             max_per_owner=s.max_sessions_per_principal,
             publisher_factory=self.rtsp.publish if self.rtsp.available else None,

@@ -115,7 +115,9 @@ def _open_best(
                 with _nvenc_lock:
                     first = _nvenc_failed is None
                     _nvenc_failed = str(exc) or type(exc).__name__
-                if first or settings.backend == "nvenc":
+                if settings.backend == "nvenc":  # asked for: worth a warning each time
+                    log.warning("NVENC is not available (%s); encoding with libx264", _nvenc_failed)
+                elif first:
                     log.info("NVENC is not available (%s); encoding with libx264", _nvenc_failed)
     return open_codec(X264, width, height, bitrate, band, settings)
 

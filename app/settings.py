@@ -45,9 +45,9 @@ class PipelineSettings(BaseSettings):
     # Live sessions detect in the background, off the frame's path, every K-th frame (and whenever a face is
     # missed, moves fast or changes look); frames in between are tracked (app.pipeline.live).
     live_detect_interval: int = Field(3, ge=1, le=60)
-    # Off by default: on a loaded 2-core machine background results arrived late enough for tracked
-    # positions to lag a moving face (measured with bench-server; see README). True: detection off the path.
-    live_detect_background: bool = False
+    # On by default: scheduled detections of still or drifting faces run off the frame's path; frames with a
+    # new, missed or fast face wait for theirs (late results carried forward overshot a face that stopped).
+    live_detect_background: bool = True
     # A swapped face the detector misses is swapped where the tracker predicts it for `hold_frames`, then
     # covered where it was last seen until found again (SWAPCAST_ON_FACE_LOST; app.pipeline.track).
     on_face_lost: FaceLostPolicy = "hold"
@@ -101,7 +101,7 @@ class EncoderSettings(BaseSettings):
 
     # auto: NVENC where FFmpeg can open it (an NVIDIA GPU with its driver), else libx264.
     backend: EncoderBackend = "auto"
-    x264_preset: X264Preset = "veryfast"
+    x264_preset: X264Preset = "superfast"
     x264_tune: Literal["zerolatency"] | None = "zerolatency"  # no frame look-ahead, no B-frames: no added delay
     nvenc_preset: Literal["p1", "p2", "p3", "p4", "p5", "p6", "p7"] = "p2"
     keyframe_interval_s: float = Field(2.0, gt=0.0, le=60.0)

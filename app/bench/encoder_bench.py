@@ -91,10 +91,47 @@ def _clip(resolution: str, count: int) -> list[Image]:
     ).frames
 
 
+def colour_conversion(frames: list[Image], face_width: float, detect_size: int = 640) -> dict[str, Any]:
+    """Per frame, side by side: the whole-frame round trip the live path makes today (yuv420p -> BGR for
+    the pipeline, BGR -> yuv420p for the encoder) against the YUV way of app.media.yuv (a scaled BGR view
+    for the detector, one face region to BGR and back into the planes). Milliseconds, p50 and p99."""
+    from app.media.yuv import detector_input, read_bgr, region, write_bgr
+
+    full: list[float] = []
+    regions: list[float] = []
+    height, width = frames[0].shape[:2]
+    box = [
+        width / 2 - face_width / 2,
+        height / 2 - face_width * 0.6,
+        width / 2 + face_width / 2,
+        height / 2 + face_width * 0.6,
+    ]
+    area = region(box, width, height, margin=0.25)
+    for image in frames:
+        frame = av.VideoFrame.from_ndarray(image, format="bgr24").reformat(format="yuv420p")
+        started = time.perf_counter()
+        bgr = frame.to_ndarray(format="bgr24")
+        av.VideoFrame.from_ndarray(bgr, format="bgr24").reformat(format="yuv420p")
+        full.append(time.perf_counter() - started)
+        started = time.perf_counter()
+        detector_input(frame, detect_size)
+        write_bgr(frame, area, read_bgr(frame, area))
+        regions.append(time.perf_counter() - started)
+    a, b = (np.asarray(v, np.float64) * 1000.0 for v in (full, regions))
+    return {
+        "face_region": [area.width, area.height],
+        "whole_frame_ms": {"p50": round(float(np.percentile(a, 50)), 2), "p99": round(float(np.percentile(a, 99)), 2)},
+        "yuv_regions_ms": {"p50": round(float(np.percentile(b, 50)), 2), "p99": round(float(np.percentile(b, 99)), 2)},
+        "ratio_p50": round(float(np.percentile(b, 50) / np.percentile(a, 50)), 2),
+    }
+
+
 def run_encoder_bench(config: EncoderBenchConfig) -> dict[str, Any]:
     rows: list[dict[str, Any]] = []
+    conversions: dict[str, Any] = {}
     for resolution in config.resolutions:
         frames = _clip(resolution, config.frames)
+        conversions[resolution] = colour_conversion(frames, face_width=RESOLUTIONS[resolution][1] * 0.3)
         bitrate = BITRATES_KBPS[resolution] * 1000
         for threads in config.threads:
             for preset in config.presets:
@@ -125,4 +162,6 @@ def run_encoder_bench(config: EncoderBenchConfig) -> dict[str, Any]:
         "config": {"frames": config.frames, "skipped_for_quality": config.skip, "fps": FRAME_RATE},
         "machine": {"cpus": os.cpu_count(), "load_average_1m": round(os.getloadavg()[0], 2)},
         "rows": rows,
+        # The live path's colour conversions per frame: whole frame both ways vs face regions (app.media.yuv).
+        "colour_conversion": conversions,
     }

@@ -5,7 +5,7 @@ import os
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from app.names import BackendName, FaceLostPolicy, LocalBackend, Precision, SwapEngineChoice
@@ -45,9 +45,9 @@ class PipelineSettings(BaseSettings):
     # Live sessions detect in the background, off the frame's path, every K-th frame (and whenever a face is
     # missed, moves fast or changes look); frames in between are tracked (app.pipeline.live).
     live_detect_interval: int = Field(3, ge=1, le=60)
-    # Off by default: on a loaded 2-core machine background results arrived late enough for tracked
-    # positions to lag a moving face (measured with bench-server; see README). True: detection off the path.
-    live_detect_background: bool = False
+    # On by default: scheduled detections of still or drifting faces run off the frame's path; frames with a
+    # new, missed or fast face wait for theirs (late results carried forward overshot a face that stopped).
+    live_detect_background: bool = True
     # A swapped face the detector misses is swapped where the tracker predicts it for `hold_frames`, then
     # covered where it was last seen until found again (SWAPCAST_ON_FACE_LOST; app.pipeline.track).
     on_face_lost: FaceLostPolicy = "hold"
@@ -86,3 +86,41 @@ class BatchingSettings(BaseSettings):
     max_queue: int = Field(64, ge=1)
     policy: Literal["reject_newest", "drop_stalest"] = "drop_stalest"
     deadline_ms: float | None = Field(250.0, gt=0.0)
+
+
+EncoderBackend = Literal["auto", "nvenc", "x264"]
+X264Preset = Literal["ultrafast", "superfast", "veryfast", "faster", "fast", "medium"]
+
+
+def _default_bitrates() -> dict[int, tuple[int, int]]:
+    # Frame height -> (min, max) kbit/s. aiortc's own range is 0.5-3 Mbit/s whatever the size; at 720p a
+    # streamer's face and hands blur below ~4 Mbit/s (`swapcast bench-encoder` shows PSNR per bitrate).
+    return {480: (800, 3000), 720: (1500, 6000), 1080: (3000, 10000)}
+
+
+class EncoderSettings(BaseSettings):
+    """H.264 encoding of live output (WebRTC sessions and WHEP viewers; app.media.encoder), SWAPCAST_ENCODER_*.
+    Defaults come from `swapcast bench-encoder` and `swapcast bench-server` on 2 cores (see README)."""
+
+    model_config = SettingsConfigDict(env_prefix="SWAPCAST_ENCODER_", extra="ignore")
+
+    # auto: NVENC where FFmpeg can open it (an NVIDIA GPU with its driver), else libx264.
+    backend: EncoderBackend = "auto"
+    x264_preset: X264Preset = "superfast"
+    x264_tune: Literal["zerolatency"] | None = "zerolatency"  # no frame look-ahead, no B-frames: no added delay
+    nvenc_preset: Literal["p1", "p2", "p3", "p4", "p5", "p6", "p7"] = "p2"
+    keyframe_interval_s: float = Field(2.0, gt=0.0, le=60.0)
+    # Frame height -> (min, max) kbit/s; a frame uses the band of the smallest height at least its own (the
+    # largest band above that). The receiver's estimate (REMB) moves the rate inside its band.
+    bitrate_kbps: dict[int, tuple[int, int]] = Field(default_factory=_default_bitrates)
+    threads: int = Field(1, ge=0, le=16)  # per encoder; 0 = FFmpeg's choice (all cores)
+
+    @field_validator("bitrate_kbps")
+    @classmethod
+    def _bands(cls, value: dict[int, tuple[int, int]]) -> dict[int, tuple[int, int]]:
+        if not value:
+            raise ValueError("at least one bitrate band is needed")
+        for height, (low, high) in value.items():
+            if height <= 0 or low <= 0 or high < low:
+                raise ValueError(f"band {height}: (min, max) kbit/s must be positive with min <= max")
+        return value

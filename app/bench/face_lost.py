@@ -141,6 +141,55 @@ def count_revealed(clip: FaceLostClip, outputs: list[Image]) -> dict[str, Any]:
     }
 
 
+def run_paced(
+    detector: Any,
+    clip: FaceLostClip,
+    policy: FaceLostPolicy,
+    *,
+    fps: float = 30.0,
+    detect_interval: int = 3,
+    hold_frames: int = 4,
+) -> dict[str, Any]:
+    """The clip through a live stream (detection in the background, app.pipeline.live), its frames arriving
+    at `fps` as from a camera, classic engine swapping tom_hanks in: revealed-frame counts, and how many
+    detections ran inline (the frame waited) and in the background."""
+    import time
+
+    from app.media.clips import load_sample
+    from app.pipeline.live import BACKGROUND_DETECT
+    from app.pipeline.paste import PasteConfig
+    from app.pipeline.pipeline import FramePipeline, PipelineConfig
+    from app.pipeline.swap import ClassicEngine
+    from app.pipeline.timing import StageTimer
+    from app.pipeline.track import TrackerConfig
+
+    config = PipelineConfig(
+        tracker=TrackerConfig(on_face_lost=policy, hold_frames=hold_frames),
+        paste=PasteConfig(mask="ellipse"),
+        live_detect_background=True,
+        live_detect_interval=detect_interval,
+    )
+    pipeline = FramePipeline(detector, ClassicEngine(), config=config)
+    source = pipeline.prepare_source(load_sample("tom_hanks"))
+    live = pipeline.new_live_stream()
+    timer = StageTimer()
+    outputs: list[Image] = []
+    started = time.monotonic()
+    try:
+        for index, frame in enumerate(clip.frames):
+            wait = started + index / fps - time.monotonic()
+            if wait > 0:
+                time.sleep(wait)
+            outputs.append(pipeline.process_live(frame, source, live, timer, "paced").image)
+    finally:
+        live.close()
+    return {
+        **count_revealed(clip, outputs),
+        "detections_inline": len(timer.samples.get("detect", [])),
+        "detections_background": len(timer.samples.get(BACKGROUND_DETECT, [])),
+    }
+
+
 def run_face_lost_bench(
     policies: tuple[FaceLostPolicy, ...] = ("hold", "cover", "pass"),
     detect_intervals: tuple[int, ...] = (1, 3),
@@ -191,6 +240,11 @@ def run_face_lost_bench(
                 outputs = [pipeline.process([frame], source, tracker)[0].image for frame in clip.frames]
                 counts = count_revealed(clip, outputs)
                 rows.append({"policy": policy, "detect_interval": interval, **counts})
+        # Live sessions: detection in the background, frames paced at 30 fps as a camera sends them.
+        for policy in policies:
+            if policy != "pass":
+                counts = run_paced(detector, clip, policy, hold_frames=settings.hold_frames)
+                rows.append({"policy": policy, "detect_interval": "live_background", **counts})
         return {"clip": {"size": list(size), "frames": len(clip.frames), "segments": clip.segments}, "rows": rows}
     finally:
         detector.close()

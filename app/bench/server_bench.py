@@ -52,6 +52,9 @@ class ServerBenchConfig:
     fps: int = 30
     clip_frames: int = 60
     face_lost: bool = True  # also count frames revealing the real face (app.bench.face_lost)
+    # "aiortc": the echo re-encodes as bare aiortc does (libx264 medium); "live": with swapcast's encoder, so
+    # the difference to the echo is the server alone.
+    echo_encoder: str = "aiortc"
 
 
 @dataclass
@@ -138,7 +141,7 @@ def _echo_app() -> FastAPI:
     return app
 
 
-def _serve(kind: str, identity_dir: str) -> None:
+def _serve(kind: str, identity_dir: str, echo_encoder: str = "aiortc") -> None:
     """Child process: one server on a free 127.0.0.1 port, printed as the first line of stdout."""
     import logging
 
@@ -149,6 +152,11 @@ def _serve(kind: str, identity_dir: str) -> None:
     logging.basicConfig(level=logging.ERROR)
     use_host_addresses(["127.0.0.1"])
     if kind == ECHO:
+        if echo_encoder == "live":
+            # The echo re-encodes with swapcast's encoder too: the difference is then the server alone.
+            from app.media.hops import install_timed_encoders
+
+            install_timed_encoders()
         app = _echo_app()
     else:
         from app.auth.settings import AccessSettings
@@ -172,10 +180,10 @@ def _serve(kind: str, identity_dir: str) -> None:
 
 
 class ServerProcess:
-    def __init__(self, kind: str, identity_dir: Path) -> None:
+    def __init__(self, kind: str, identity_dir: Path, echo_encoder: str = "aiortc") -> None:
         self.kind = kind
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "app.bench.server_bench", kind, str(identity_dir)],
+            [sys.executable, "-m", "app.bench.server_bench", kind, str(identity_dir), echo_encoder],
             stdout=subprocess.PIPE,
             text=True,
         )
@@ -311,7 +319,7 @@ def run_server_bench(config: ServerBenchConfig, progress: bool = True) -> dict[s
     load_before = os.getloadavg()
     with tempfile.TemporaryDirectory(prefix="swapcast-bench-") as tmp:
         for kind in servers:
-            server = ServerProcess(kind, Path(tmp) / kind)
+            server = ServerProcess(kind, Path(tmp) / kind, config.echo_encoder)
             try:
                 if kind != ECHO:
                     _upload_identity(server)
@@ -353,6 +361,7 @@ def run_server_bench(config: ServerBenchConfig, progress: bool = True) -> dict[s
             "resolutions": {r: list(RESOLUTIONS[r]) for r in config.resolutions},
             "codec": config.codec,
             "fps": config.fps,
+            "echo_encoder": config.echo_encoder,
         },
         "machine": {
             "cpus": os.cpu_count(),
@@ -370,5 +379,5 @@ def run_server_bench(config: ServerBenchConfig, progress: bool = True) -> dict[s
     }
 
 
-if __name__ == "__main__":  # a benchmark server process: python -m app.bench.server_bench KIND IDENTITY_DIR
-    _serve(sys.argv[1], sys.argv[2])
+if __name__ == "__main__":  # a benchmark server: python -m app.bench.server_bench KIND IDENTITY_DIR [ECHO_ENCODER]
+    _serve(sys.argv[1], sys.argv[2], sys.argv[3] if len(sys.argv) > 3 else "aiortc")

@@ -12,6 +12,7 @@ def _commands() -> list[Register]:
     from app.commands import (
         bench,
         bench_batch,
+        bench_encoder,
         bench_engines,
         bench_mesh,
         bench_quality,
@@ -39,6 +40,7 @@ def _commands() -> list[Register]:
         bench.register,
         bench_batch.register,
         bench_server.register,
+        bench_encoder.register,
         bench_quality.register,
         bench_engines.register,
         bench_mesh.register,

@@ -36,6 +36,12 @@ def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None
     p.add_argument(
         "--no-face-lost", action="store_true", help="skip counting frames that reveal the real face (~1 min)"
     )
+    p.add_argument(
+        "--echo-encoder",
+        type=one_of(("aiortc", "live"), "echo encoder"),
+        default="aiortc",
+        help="the echo's H.264 encoder: aiortc's own (default) or swapcast's (the difference is then the server)",
+    )
     p.add_argument("--output", type=Path, default=None, help="also write the JSON here")
     p.set_defaults(func=run)
 
@@ -58,6 +64,7 @@ def run(args: argparse.Namespace) -> int:
         codec=args.codec,
         fps=args.fps,
         face_lost=not args.no_face_lost,
+        echo_encoder=args.echo_encoder,
     )
     result = run_server_bench(config, progress=sys.stderr.isatty())
     text = json.dumps(result, indent=2)

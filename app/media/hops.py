@@ -92,18 +92,18 @@ _install_lock = threading.Lock()
 
 
 def install_timed_encoders() -> None:
-    """Make aiortc's senders in this process use `TimedEncoder`s (idempotent). Frames without an
-    `EncodeCallback` are encoded exactly as before."""
+    """Make aiortc's senders in this process use swapcast's encoders (app.media.encoder) wrapped in
+    `TimedEncoder`s (idempotent). Frames without an `EncodeCallback` are encoded exactly as before."""
     global _installed
     with _install_lock:
         if _installed:
             return
         from aiortc import rtcrtpsender
 
-        make = rtcrtpsender.get_encoder
+        from app.media.encoder import create_encoder
 
         def get_encoder(codec: Any) -> Any:
-            encoder = make(codec)
+            encoder = create_encoder(codec)
             return TimedEncoder(encoder) if codec.mimeType.lower().startswith("video/") else encoder
 
         rtcrtpsender.get_encoder = get_encoder

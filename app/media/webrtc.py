@@ -38,6 +38,7 @@ from aiortc import (
 from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
 
 from app.media.audio_sync import DelayedAudioTrack
+from app.media.encoder import configure_encoders
 from app.media.hops import HopRecorder, install_timed_encoders
 from app.media.ice_bounds import BoundedIce, IceBounds, ice_connections
 from app.media.mailbox import Mailbox
@@ -48,6 +49,7 @@ from app.pipeline.timing import StageTimer
 from app.pipeline.types import Image
 from app.provenance.service import FrameMarker
 from app.runtime.batcher import BatcherError
+from app.settings import EncoderSettings
 
 log = logging.getLogger(__name__)
 
@@ -83,6 +85,7 @@ class SessionConfig:
     max_remote_candidates: int = MAX_REMOTE_CANDIDATES
     # Outgoing STUN requests per second and peer-reflexive candidates per session (app/media/ice_bounds.py).
     ice_bounds: IceBounds = field(default_factory=IceBounds)
+    encoder: EncoderSettings = field(default_factory=EncoderSettings)
 
 
 def bindable_host_addresses() -> list[str]:
@@ -273,6 +276,7 @@ class Session:
         self.closed = asyncio.Event()
         self.counters = SessionCounters()
         self.hops = HopRecorder(metrics.hop_seconds, KIND)
+        configure_encoders(config.encoder)
         install_timed_encoders()
         self.marker: FrameMarker | None = None  # watermark and label of every output frame
         self._pipeline = pipeline

@@ -42,7 +42,7 @@ class PipelineConfig:
     # Live streams (new_live_stream) detect in the background every K-th frame (and whenever a face is
     # missed, moves fast or changes look); 1 detects every frame, still off the frame's path.
     live_detect_interval: int = 3
-    live_detect_background: bool = False  # True: live frames do not wait for scheduled detections
+    live_detect_background: bool = True  # live frames do not wait for scheduled detections (app.pipeline.live)
     # Engines that take dense landmarks (mesh) follow them from each face's previous frame (app.pipeline.mesh_track)
     track_landmarks: bool = True
 

@@ -142,6 +142,11 @@ class FaceTracker:
         next frame once a detection was asked for."""
         if (self._frame + offset) % max(1, self.config.detect_interval) == 0 or (self._asked and offset == 0):
             return True
+        return self.unsure()
+
+    def unsure(self) -> bool:
+        """Whether a prediction alone may misplace a face: one is being searched for (missed) or moves fast.
+        Live streams detect such frames before using them (app.pipeline.live)."""
         return any(t.missed > 0 or t.speed() > self.config.fast_motion for t in self._tracks)
 
     @property

@@ -13,7 +13,7 @@ from app.auth.settings import AccessSettings
 from app.provenance.settings import ProvenanceSettings
 from app.server.connections import ConnectionLimits
 from app.server.ice import IceSettings
-from app.settings import BatchingSettings, ModelStoreSettings, PipelineSettings
+from app.settings import BatchingSettings, EncoderSettings, ModelStoreSettings, PipelineSettings
 
 VideoCodec = Literal["H264", "VP8"]
 DEFAULT_CODECS: tuple[VideoCodec, ...] = ("H264", "VP8")
@@ -108,6 +108,7 @@ class ServerSettings(BaseSettings):
 
     models: ModelStoreSettings = Field(default_factory=ModelStoreSettings)
     pipeline: PipelineSettings = Field(default_factory=PipelineSettings)
+    encoder: EncoderSettings = Field(default_factory=EncoderSettings)  # live H.264 (app.media.encoder)
     # One shared dynamic batcher per model across all sessions. None = on where models run on a GPU, off on
     # CPU: `swapcast bench-batch` on 2 CPU cores measured batching at 0.97x throughput for one session and
     # 0.74-0.83x for 2-8 (the CPU gains nothing per item from a batch, and one worker per model serialises

@@ -179,6 +179,7 @@ class ServerState:
                 ice_bounds=IceBounds(
                     checks_per_s=s.ice_checks_per_s, max_peer_reflexive=s.max_peer_reflexive_candidates
                 ),
+                encoder=s.encoder,
             ),
             max_per_owner=s.max_sessions_per_principal,
             publisher_factory=self.rtsp.publish if self.rtsp.available else None,

@@ -1,0 +1,47 @@
+"""`swapcast bench-encoder`: live H.264 encode time against quality (PSNR/SSIM) per x264 preset, JSON out."""
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import cast, get_args
+
+from app.commands.arguments import counts, int_between, names, names_from
+from app.errors import UserError
+from app.settings import X264Preset
+
+
+def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
+    p = sub.add_parser("bench-encoder", help="H.264 encode time vs PSNR/SSIM per x264 preset, JSON out")
+    p.add_argument("--resolutions", type=names, default=("480p", "720p"), help="comma list: 480p,720p")
+    p.add_argument(
+        "--presets",
+        type=names_from(get_args(X264Preset), "preset"),
+        default=("ultrafast", "superfast", "veryfast", "faster", "medium"),
+        help="comma list of x264 presets",
+    )
+    p.add_argument("--threads", type=counts(0, 16), default=(1, 0), help="comma list of encoder threads (0: auto)")
+    p.add_argument("--frames", type=int_between(30, 3000), default=90, help="frames per row (default 90)")
+    p.add_argument("--output", type=Path, default=None, help="also write the JSON here")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from app.bench.encoder_bench import RESOLUTIONS, EncoderBenchConfig, run_encoder_bench
+
+    unknown = [r for r in args.resolutions if r not in RESOLUTIONS]
+    if unknown:
+        raise UserError(f"unknown resolution {unknown[0]!r}; choose from {', '.join(RESOLUTIONS)}")
+    if args.output is not None and not args.output.parent.is_dir():
+        raise UserError(f"output directory does not exist: {args.output.parent}")
+    config = EncoderBenchConfig(
+        resolutions=tuple(args.resolutions),
+        presets=cast(tuple[X264Preset, ...], tuple(args.presets)),
+        threads=tuple(args.threads),
+        frames=args.frames,
+    )
+    text = json.dumps(run_encoder_bench(config), indent=2)
+    sys.stdout.write(text + "\n")
+    if args.output is not None:
+        args.output.write_text(text + "\n", encoding="utf-8")
+    return 0

@@ -1,0 +1,193 @@
+"""swapcast's own H.264 encoder for aiortc: live-use x264 settings, a bitrate band per resolution, a fixed
+keyframe interval, and NVENC where FFmpeg can open it, with libx264 as the fallback.
+
+aiortc's encoder runs libx264 with its default preset (`medium`) and clamps every stream to 0.5-3 Mbit/s;
+this one keeps aiortc's packetisation (the subclass only replaces how the codec is opened and fed) and takes
+its settings from `EncoderSettings`. `configure_encoders` sets them for this process; aiortc's senders get
+the encoder through `create_encoder` (installed by app.media.hops).
+
+A change of the receiver's estimate (REMB) reopens the codec, as in aiortc (setting the open context's
+bit_rate changed nothing in libx264's output: FFmpeg 8.1 through PyAV 16), but only past 25% rather than
+10%: each reopen starts with a keyframe, a burst of bits.
+"""
+
+from __future__ import annotations
+
+import fractions
+import logging
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import av
+from aiortc.codecs import get_encoder as aiortc_encoder
+from aiortc.codecs.h264 import H264Encoder
+from av.video.codeccontext import VideoCodecContext
+
+from app.settings import EncoderSettings
+
+log = logging.getLogger(__name__)
+
+FRAME_RATE = 30  # aiortc's frame clock for H.264 (its MAX_FRAME_RATE); the keyframe interval counts frames of it
+X264 = "libx264"
+NVENC = "h264_nvenc"
+REOPEN_CHANGE = 0.25  # relative change of the target bitrate that reopens the codec
+
+
+@dataclass(frozen=True)
+class BitrateBand:
+    min_bps: int
+    max_bps: int
+
+    def clamp(self, bps: int) -> int:
+        return max(self.min_bps, min(bps, self.max_bps))
+
+
+def bitrate_band(width: int, height: int, settings: EncoderSettings) -> BitrateBand:
+    """The band of the smallest configured height at least the frame's (the largest band for taller frames).
+    The shorter side counts, so a portrait 720x1280 camera gets the 720p band."""
+    side = min(width, height)
+    bands = sorted(settings.bitrate_kbps.items())
+    low, high = next((band for limit, band in bands if side <= limit), bands[-1][1])
+    return BitrateBand(low * 1000, high * 1000)
+
+
+class EncoderOpenError(Exception):
+    """No configured encoder could be opened for this stream."""
+
+
+def open_codec(
+    name: str, width: int, height: int, bitrate: int, band: BitrateBand, settings: EncoderSettings
+) -> VideoCodecContext:
+    """An opened H.264 encoder context; raises what FFmpeg raises when the encoder cannot be opened.
+
+    The average rate (`bitrate`) follows the receiver later; the peak rate is the band's maximum, with half
+    a second of buffer (a keyframe may exceed a frame's share, a second of them may not)."""
+    codec = av.CodecContext.create(name, "w")
+    assert isinstance(codec, VideoCodecContext)
+    codec.width = width
+    codec.height = height
+    codec.pix_fmt = "yuv420p"
+    codec.framerate = fractions.Fraction(FRAME_RATE, 1)
+    codec.time_base = fractions.Fraction(1, FRAME_RATE)
+    codec.bit_rate = bitrate
+    codec.gop_size = max(1, round(settings.keyframe_interval_s * FRAME_RATE))
+    codec.max_b_frames = 0  # every frame is sent as soon as it is encoded
+    codec.thread_count = settings.threads
+    peak = {"maxrate": str(band.max_bps), "bufsize": str(band.max_bps // 2)}
+    if name == NVENC:
+        codec.options = {
+            "preset": settings.nvenc_preset,
+            "tune": "ull",
+            "rc": "cbr",
+            "zerolatency": "1",
+            "delay": "0",
+            "forced-idr": "1",
+            "profile": "baseline",
+            **peak,
+        }
+    else:
+        options = {"preset": settings.x264_preset, "level": "31", "forced-idr": "1", **peak}
+        if settings.x264_tune:
+            options["tune"] = settings.x264_tune
+        codec.options = options
+        codec.profile = "Baseline"  # what aiortc offers (42e01f); a browser may decode nothing else
+    codec.open()
+    return codec
+
+
+_nvenc_lock = threading.Lock()
+_nvenc_failed: str | None = None  # why NVENC did not open in this process (auto: not tried again)
+
+
+def _open_best(
+    width: int, height: int, bitrate: int, band: BitrateBand, settings: EncoderSettings
+) -> VideoCodecContext:
+    global _nvenc_failed
+    if settings.backend in ("auto", "nvenc"):
+        with _nvenc_lock:
+            failed = _nvenc_failed if settings.backend == "auto" else None
+        if failed is None:
+            try:
+                return open_codec(NVENC, width, height, bitrate, band, settings)
+            except Exception as exc:  # no GPU, no driver, or no free NVENC session: libx264 takes over
+                with _nvenc_lock:
+                    first = _nvenc_failed is None
+                    _nvenc_failed = str(exc) or type(exc).__name__
+                if settings.backend == "nvenc":  # asked for: worth a warning each time
+                    log.warning("NVENC is not available (%s); encoding with libx264", _nvenc_failed)
+                elif first:
+                    log.info("NVENC is not available (%s); encoding with libx264", _nvenc_failed)
+    return open_codec(X264, width, height, bitrate, band, settings)
+
+
+def nvenc_failure() -> str | None:
+    """Why NVENC could not be opened in this process, if it was tried and failed."""
+    with _nvenc_lock:
+        return _nvenc_failed
+
+
+class LiveH264Encoder(H264Encoder):
+    """aiortc's H.264 encoder with swapcast's settings (see the module docstring)."""
+
+    def __init__(self, settings: EncoderSettings) -> None:
+        super().__init__()
+        self.settings = settings
+        self._requested: int | None = None  # the receiver's estimate; None until one arrives
+        self._band: BitrateBand | None = None
+
+    @property
+    def backend(self) -> str | None:
+        """The FFmpeg encoder in use (h264_nvenc or libx264); None before the first frame."""
+        return self.codec.name if self.codec is not None else None
+
+    @property
+    def target_bitrate(self) -> int:
+        """Bits per second: the receiver's estimate inside this resolution's band (its minimum until an
+        estimate arrives)."""
+        if self._band is None:
+            return self._requested or 0
+        return self._band.clamp(self._requested if self._requested is not None else self._band.min_bps)
+
+    @target_bitrate.setter
+    def target_bitrate(self, bitrate: int) -> None:
+        self._requested = int(bitrate)
+
+    def _encode_frame(self, frame: av.VideoFrame, force_keyframe: bool) -> Iterator[bytes]:
+        if self.codec is not None and (
+            frame.width != self.codec.width
+            or frame.height != self.codec.height
+            or abs(self.target_bitrate - (self.codec.bit_rate or 0)) > REOPEN_CHANGE * (self.codec.bit_rate or 0)
+        ):
+            self.buffer_data = b""
+            self.buffer_pts = None
+            self.codec = None
+        if self.codec is None:
+            self._band = band = bitrate_band(frame.width, frame.height, self.settings)
+            self.codec = _open_best(frame.width, frame.height, self.target_bitrate, band, self.settings)
+        # aiortc's way: a forced keyframe on the receiver's request (PLI/FIR), otherwise the encoder decides.
+        frame.pict_type = av.video.frame.PictureType.I if force_keyframe else av.video.frame.PictureType.NONE
+        data = b"".join(bytes(packet) for packet in self.codec.encode(frame))
+        if data:
+            yield from self._split_bitstream(data)
+
+
+_settings = EncoderSettings()
+_settings_lock = threading.Lock()
+
+
+def configure_encoders(settings: EncoderSettings) -> None:
+    """The settings every encoder created from now on in this process uses."""
+    global _settings
+    with _settings_lock:
+        _settings = settings
+
+
+def create_encoder(codec: Any) -> Any:
+    """aiortc's `get_encoder`, with swapcast's H.264 encoder."""
+    if codec.mimeType.lower() == "video/h264":
+        with _settings_lock:
+            settings = _settings
+        return LiveH264Encoder(settings)
+    return aiortc_encoder(codec)

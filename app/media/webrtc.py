@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import secrets
 import socket
@@ -333,6 +334,7 @@ class Session:
             self._video_track = track
             self._spawn(self._receive(track), "receive")
         elif track.kind == "audio":
+            self.audio.receiving = True
             self._spawn(self._receive_audio(track), "audio")
         else:
             self._spawn(self._drain(track), "drain")
@@ -477,10 +479,12 @@ class Session:
         if self._publisher is None:
             height, width = image.shape[:2]
             loop = asyncio.get_running_loop()
+            audio = self.audio.receiving  # the RTSP path carries the microphone too (app.media.rtsp_out)
+            factory = functools.partial(self._publisher_factory, audio=True) if audio else self._publisher_factory
             try:
-                self._publisher = await loop.run_in_executor(
-                    None, self._publisher_factory, self.rtsp_path, width, height
-                )
+                self._publisher = await loop.run_in_executor(None, factory, self.rtsp_path, width, height)
+                if audio:
+                    self.audio.listeners.append(self._publisher.push_audio)
             except Exception:  # RTSP is an extra: the WebRTC session goes on without it
                 log.exception("session %s: cannot publish to RTSP; going on without it", self.id)
                 self._publisher_factory = None

@@ -92,5 +92,4 @@ def test_the_rtsp_output_carries_the_audio_in_sync_as_the_engine_slows_down(
         medians.append(float(np.median(offsets)))
     # The offset does not follow the engine's latency: the audio waits for the video, whatever it takes.
     assert abs(medians[1] - medians[0]) <= 40.0, phases
-    # Absolute offset: see the README's serving section for what is left of it on this pipeline.
-    assert all(abs(m) <= 150.0 for m in medians), phases
+    assert all(abs(m) <= 40.0 for m in medians), phases

@@ -21,6 +21,7 @@ import logging
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from typing import Any
 
 import av
@@ -81,8 +82,11 @@ class AudioFeed:
     (chunks of silence in the gaps), ``dropped`` (offered while no client plays, or too late), ``errors``.
     """
 
-    def __init__(self, gst: Bindings, path: str) -> None:
+    def __init__(self, gst: Bindings, path: str, lead_s: Callable[[], float] = lambda: 0.0) -> None:
+        """`lead_s`: how much earlier than their arrival chunks are stamped (to match how clients read the
+        video's timestamps; see `RtspPublisher`)."""
         self.path = path
+        self._lead_s = lead_s
         self.chunks_in = 0
         self.chunks_sent = 0
         self.silence_sent = 0
@@ -189,7 +193,7 @@ class AudioFeed:
                 clock, base = appsrc.get_clock(), appsrc.get_base_time()
                 if clock is None:
                     continue
-                running = clock.get_time() - base
+                running = clock.get_time() - base - int(self._lead_s() * NS)
                 now = time.monotonic()
                 if silence:
                     self._fill_silence(appsrc, running)

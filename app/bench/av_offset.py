@@ -67,9 +67,8 @@ class Onsets:
         samples = np.asarray(frame.to_ndarray())
         channels = len(frame.layout.channels)
         first = samples[0] if frame.format.is_planar else samples.reshape(-1, channels)[:, 0]
-        if first.dtype.kind == "f":
-            first = first * 32767.0
-        above = np.flatnonzero(np.abs(first) > LOUD)
+        scale = 32767.0 if first.dtype.kind == "f" else 1.0
+        above = np.flatnonzero(np.abs(np.asarray(first, np.float64)) * scale > LOUD)
         if len(above) and not self._loud:
             self.tones.append(t + float(above[0]) / frame.sample_rate)
         self._loud = len(above) > 0
@@ -101,11 +100,8 @@ def pull_onsets(url: str, seconds: float, onsets: Onsets | None = None) -> Onset
             if time.monotonic() > end:
                 break
             for frame in packet.decode():
-                if frame.pts is None or frame.time_base is None:
-                    continue
-                t = float(frame.pts * frame.time_base)
-                if isinstance(frame, av.VideoFrame):
-                    onsets.video(t, frame)
-                elif isinstance(frame, av.AudioFrame):
-                    onsets.audio(t, frame)
+                if isinstance(frame, av.VideoFrame) and frame.pts is not None and frame.time_base is not None:
+                    onsets.video(float(frame.pts * frame.time_base), frame)
+                elif isinstance(frame, av.AudioFrame) and frame.pts is not None and frame.time_base is not None:
+                    onsets.audio(float(frame.pts * frame.time_base), frame)
     return onsets

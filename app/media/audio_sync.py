@@ -10,7 +10,7 @@ The delay follows the video's latency as it changes: when it grows, sending paus
 frame is due; when it shrinks, the frames now overdue go out at once and the receiver's jitter buffer
 absorbs them. Frames wait at most `MAX_DELAY_S`; older ones are dropped (counted).
 
-The frames sent go to `listeners` too at that moment (the session's RTSP output), so every output of the
+The frames sent go to `outputs` too at that moment (the session's RTSP output), so every output of the
 session gets the same delayed audio.
 """
 
@@ -43,7 +43,7 @@ class DelayedAudioTrack(MediaStreamTrack):
         self.enabled = True
         self.receiving = False  # the client sends audio (its offer has a microphone track)
         # Called with each frame as it is sent, on the event loop; each must return at once.
-        self.listeners: list[Callable[[av.AudioFrame], None]] = []
+        self.outputs: list[Callable[[av.AudioFrame], None]] = []
         self.frames_in = 0
         self.frames_out = 0
         self.dropped = 0
@@ -72,8 +72,8 @@ class DelayedAudioTrack(MediaStreamTrack):
                 wait = arrived + min(MAX_DELAY_S, max(0.0, self._delay_s())) - time.monotonic()
                 if wait <= 0:
                     self._frames.popleft()
-                    for listener in self.listeners:
-                        listener(frame)
+                    for output in self.outputs:
+                        output(frame)
                     return self._restamp(frame)
                 await asyncio.sleep(min(wait, 0.02))  # the delay may change meanwhile
                 continue
@@ -92,6 +92,6 @@ class DelayedAudioTrack(MediaStreamTrack):
 
     def stop(self) -> None:
         super().stop()
-        self.listeners.clear()
+        self.outputs.clear()
         self._frames.clear()
         self._wake.set()

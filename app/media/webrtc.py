@@ -59,8 +59,8 @@ class OfferError(Exception):
     """The SDP offer cannot be used; the message says why (answered with 400)."""
 
 
-# (path, width, height) -> a publisher with non-blocking push(image) and close()
-PublisherFactory = Callable[[str, int, int], Any]
+# (path, width, height, audio=bool) -> a publisher with non-blocking push(image), push_audio(frame) and close()
+PublisherFactory = Callable[..., Any]
 
 
 # Remote candidates an offer may list: aioice checks every pair, so 300 of them made the server send 1,722 STUN
@@ -484,7 +484,7 @@ class Session:
             try:
                 self._publisher = await loop.run_in_executor(None, factory, self.rtsp_path, width, height)
                 if audio:
-                    self.audio.listeners.append(self._publisher.push_audio)
+                    self.audio.outputs.append(self._publisher.push_audio)
             except Exception:  # RTSP is an extra: the WebRTC session goes on without it
                 log.exception("session %s: cannot publish to RTSP; going on without it", self.id)
                 self._publisher_factory = None

@@ -75,7 +75,7 @@ async def view_session(
     """Body: the viewer's SDP offer (`Content-Type: application/sdp`, ICE gathering complete, H.264)."""
     session = owned_session(sessions, session_id, principal, access)
     return await add_viewer(
-        request, state, "sessions", session.id, session.output_listeners, session.closed, session.audio.listeners
+        request, state, "sessions", session.id, session.output_listeners, session.closed, session.audio.outputs
     )
 
 

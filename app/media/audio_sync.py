@@ -9,6 +9,9 @@ audio is Opus decoded and encoded once; nothing else touches it.
 The delay follows the video's latency as it changes: when it grows, sending pauses until the oldest held
 frame is due; when it shrinks, the frames now overdue go out at once and the receiver's jitter buffer
 absorbs them. Frames wait at most `MAX_DELAY_S`; older ones are dropped (counted).
+
+The frames sent go to `outputs` too at that moment (the session's RTSP output), so every output of the
+session gets the same delayed audio.
 """
 
 from __future__ import annotations
@@ -38,6 +41,9 @@ class DelayedAudioTrack(MediaStreamTrack):
         self._wake = asyncio.Event()
         self._next_pts: int | None = None
         self.enabled = True
+        self.receiving = False  # the client sends audio (its offer has a microphone track)
+        # Called with each frame as it is sent, on the event loop; each must return at once.
+        self.outputs: list[Callable[[av.AudioFrame], None]] = []
         self.frames_in = 0
         self.frames_out = 0
         self.dropped = 0
@@ -66,6 +72,8 @@ class DelayedAudioTrack(MediaStreamTrack):
                 wait = arrived + min(MAX_DELAY_S, max(0.0, self._delay_s())) - time.monotonic()
                 if wait <= 0:
                     self._frames.popleft()
+                    for output in self.outputs:
+                        output(frame)
                     return self._restamp(frame)
                 await asyncio.sleep(min(wait, 0.02))  # the delay may change meanwhile
                 continue
@@ -84,5 +92,6 @@ class DelayedAudioTrack(MediaStreamTrack):
 
     def stop(self) -> None:
         super().stop()
+        self.outputs.clear()
         self._frames.clear()
         self._wake.set()

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import secrets
 import socket
@@ -61,8 +62,8 @@ class OfferError(Exception):
     """The SDP offer cannot be used; the message says why (answered with 400)."""
 
 
-# (path, width, height) -> a publisher with non-blocking push(image) and close()
-PublisherFactory = Callable[[str, int, int], Any]
+# (path, width, height, audio=bool) -> a publisher with non-blocking push(image), push_audio(frame) and close()
+PublisherFactory = Callable[..., Any]
 
 
 # Remote candidates an offer may list: aioice checks every pair, so 300 of them made the server send 1,722 STUN
@@ -350,6 +351,7 @@ class Session:
             self._video_track = track
             self._spawn(self._receive(track), "receive")
         elif track.kind == "audio":
+            self.audio.receiving = True
             self._spawn(self._receive_audio(track), "audio")
         else:
             self._spawn(self._drain(track), "drain")
@@ -494,10 +496,12 @@ class Session:
         if self._publisher is None:
             height, width = image.shape[:2]
             loop = asyncio.get_running_loop()
+            audio = self.audio.receiving  # the RTSP path carries the microphone too (app.media.rtsp_out)
+            factory = functools.partial(self._publisher_factory, audio=True) if audio else self._publisher_factory
             try:
-                self._publisher = await loop.run_in_executor(
-                    None, self._publisher_factory, self.rtsp_path, width, height
-                )
+                self._publisher = await loop.run_in_executor(None, factory, self.rtsp_path, width, height)
+                if audio:
+                    self.audio.outputs.append(self._publisher.push_audio)
             except Exception:  # RTSP is an extra: the WebRTC session goes on without it
                 log.exception("session %s: cannot publish to RTSP; going on without it", self.id)
                 self._publisher_factory = None

@@ -30,6 +30,7 @@ from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
 from av.video.codeccontext import VideoCodecContext
 
 from app.media.mailbox import Mailbox
+from app.media.whep_audio import EncodedAudioTrack, SharedOpusEncoder
 from app.pipeline.types import Image
 
 log = logging.getLogger(__name__)
@@ -105,6 +106,7 @@ class Viewer:
         self.id = secrets.token_hex(16)
         self.hub = hub
         self.track = EncodedVideoTrack(hub.request_keyframe)
+        self.audio: EncodedAudioTrack | None = None  # when the offer takes audio
         self.pc = RTCPeerConnection(RTCConfiguration(iceServers=[RTCIceServer(url) for url in ice_servers]))
         self.created = time.monotonic()
         self._closing: asyncio.Task[None] | None = None
@@ -113,12 +115,17 @@ class Viewer:
         transceiver = self.pc.addTransceiver(self.track, direction="sendonly")
         h264 = [c for c in RTCRtpSender.getCapabilities("video").codecs if c.mimeType.lower() == "video/h264"]
         transceiver.setCodecPreferences(h264)  # the shared encode is H.264; before the offer, so it counts
+        if "\nm=audio " in offer:
+            self.audio = EncodedAudioTrack()
+            audio = self.pc.addTransceiver(self.audio, direction="sendonly")
+            opus = [c for c in RTCRtpSender.getCapabilities("audio").codecs if c.mimeType.lower() == "audio/opus"]
+            audio.setCodecPreferences(opus)  # the shared audio encode is Opus
         try:
             await self.pc.setRemoteDescription(RTCSessionDescription(sdp=offer, type="offer"))
         except Exception as exc:  # aiortc raises assorted errors for offers it cannot use
             raise ViewerOfferError(f"unusable offer: {exc}") from None
-        if len(self.pc.getTransceivers()) != 1:
-            raise ViewerOfferError("the offer must have exactly one media section: video, receive only")
+        if len(self.pc.getTransceivers()) != (1 if self.audio is None else 2):
+            raise ViewerOfferError("the offer must have one video section and at most one audio, receive only")
         try:
             await self.pc.setLocalDescription(await self.pc.createAnswer())
         except Exception as exc:  # e.g. no codec in common
@@ -147,6 +154,8 @@ class Viewer:
     async def _close(self) -> None:
         self.hub.remove(self)
         self.track.stop()
+        if self.audio is not None:
+            self.audio.stop()
         try:
             await asyncio.wait_for(self.pc.close(), PC_CLOSE_TIMEOUT_S)
         except Exception:  # closing must always finish; the error is only logged
@@ -158,6 +167,7 @@ class Viewer:
             "connection": self.pc.connectionState,
             "frames_sent": self.track.packets_sent,
             "frames_dropped": self.track.packets_dropped,
+            "audio_packets_sent": self.audio.packets_sent if self.audio is not None else None,
         }
 
 
@@ -171,6 +181,7 @@ class ViewerHub:
         self._loop = loop
         self._ice_servers = ice_servers
         self._viewers: dict[str, Viewer] = {}
+        self.audio = SharedOpusEncoder()  # fed on the event loop by the output's audio (`offer_audio`)
         self._cond = threading.Condition()
         self._frames: Mailbox[Image] = Mailbox(cond=self._cond)
         self._keyframe = True
@@ -194,6 +205,10 @@ class ViewerHub:
         if self._watching:
             self._frames.put(image)
 
+    def offer_audio(self, frame: av.AudioFrame) -> None:
+        """On the event loop: the output's audio, due to play now; encoded once for every viewer that takes it."""
+        self.audio.offer(frame)
+
     def request_keyframe(self) -> None:
         with self._cond:
             self._keyframe = True
@@ -209,6 +224,8 @@ class ViewerHub:
             await viewer.request_close()
             raise
         self._viewers[viewer.id] = viewer
+        if viewer.audio is not None:
+            self.audio.tracks.append(viewer.audio)
         with self._cond:
             self._watching = True
             self._keyframe = True
@@ -216,6 +233,8 @@ class ViewerHub:
 
     def remove(self, viewer: Viewer) -> None:
         self._viewers.pop(viewer.id, None)
+        if viewer.audio in self.audio.tracks:
+            self.audio.tracks.remove(viewer.audio)
         if not self._viewers:
             with self._cond:
                 self._watching = False

@@ -62,13 +62,14 @@ class RtspOutput:
         if server is not None:
             _stop_quietly(server)
 
-    def publish(self, path: str, width: int, height: int, fps: int = 30) -> FramePublisher:
-        """Serve `path` at (even-rounded) `width`x`height`; frames of another size are resized on push."""
+    def publish(self, path: str, width: int, height: int, fps: int = 30, *, audio: bool = False) -> FramePublisher:
+        """Serve `path` at (even-rounded) `width`x`height`; frames of another size are resized on push. With
+        `audio`, the path has an Opus stream too, fed by the publisher's `push_audio`."""
         if self._server is None:
             raise RuntimeError(self.reason or "RTSP output is off")
         even_width, even_height = max(2, width - width % 2), max(2, height - height % 2)
         login = self.login(path) if self.authenticate else None
-        publisher: FramePublisher = self._server.publish(path, even_width, even_height, fps, login=login)
+        publisher: FramePublisher = self._server.publish(path, even_width, even_height, fps, login=login, audio=audio)
         return publisher
 
     def login(self, path: str) -> tuple[str, str]:

@@ -5,6 +5,8 @@ import asyncio
 import logging
 from collections.abc import Callable
 
+import av
+
 from app.media.whep import Viewer, ViewerHub
 from app.pipeline.types import Image
 
@@ -28,15 +30,23 @@ class Viewers:
         return self._hubs.get(key)
 
     async def add(
-        self, key: str, offer: str, listeners: list[Callable[[Image], None]], ended: asyncio.Event
+        self,
+        key: str,
+        offer: str,
+        listeners: list[Callable[[Image], None]],
+        ended: asyncio.Event,
+        audio_listeners: list[Callable[[av.AudioFrame], None]] | None = None,
     ) -> tuple[Viewer, str]:
-        """A new viewer of the output `key`, whose frames go to `listeners` and which ends with `ended`."""
+        """A new viewer of the output `key`, whose frames go to `listeners` (its audio, if it has some, to
+        `audio_listeners`) and which ends with `ended`."""
         hub = self._hubs.get(key)
         if hub is None:
             loop = asyncio.get_running_loop()
             hub = self._hubs[key] = ViewerHub(key, loop, self._ice_servers)
             listeners.append(hub.offer)
-            task = loop.create_task(self._close_with(key, hub, listeners, ended))
+            if audio_listeners is not None:
+                audio_listeners.append(hub.offer_audio)
+            task = loop.create_task(self._close_with(key, hub, listeners, ended, audio_listeners))
             task.set_name(f"viewers-{key}")
             self._watchers.add(task)
             task.add_done_callback(self._watchers.discard)
@@ -50,7 +60,12 @@ class Viewers:
         return viewer
 
     async def _close_with(
-        self, key: str, hub: ViewerHub, listeners: list[Callable[[Image], None]], ended: asyncio.Event
+        self,
+        key: str,
+        hub: ViewerHub,
+        listeners: list[Callable[[Image], None]],
+        ended: asyncio.Event,
+        audio_listeners: list[Callable[[av.AudioFrame], None]] | None,
     ) -> None:
         try:
             await ended.wait()
@@ -58,6 +73,8 @@ class Viewers:
             self._hubs.pop(key, None)
             if hub.offer in listeners:
                 listeners.remove(hub.offer)
+            if audio_listeners is not None and hub.offer_audio in audio_listeners:
+                audio_listeners.remove(hub.offer_audio)
             await hub.close()
 
     async def close_all(self) -> None:

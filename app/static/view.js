@@ -1,12 +1,15 @@
 // The viewer page for OBS's Browser Source: pulls one session's swapped video over WHEP, full window,
 // no controls, transparent around the video, and reconnects on its own (the session restarting, the
-// network dropping, the server restarting). `?token=...` is sent as a bearer token.
+// network dropping, the server restarting). `?token=...` is sent as a bearer token; `&audio=1` plays the
+// session's audio too (for OBS with "Control audio via OBS"; off by default, since a browser may refuse to
+// start unmuted playback on its own).
 "use strict";
 
 (() => {
   const video = document.getElementById("video");
   const sessionId = decodeURIComponent(location.pathname.split("/").filter(Boolean).pop() || "");
   const token = new URLSearchParams(location.search).get("token");
+  const withAudio = new URLSearchParams(location.search).get("audio") === "1";
   const endpoint = `/v1/sessions/${encodeURIComponent(sessionId)}/whep`;
   const STALL_MS = 3000; // no new frame for this long: connect again
   const RETRY_MS = [500, 1000, 2000, 4000];
@@ -53,8 +56,12 @@
     status.state = "connecting";
     const peer = (pc = new RTCPeerConnection());
     peer.addTransceiver("video", { direction: "recvonly" });
+    if (withAudio) peer.addTransceiver("audio", { direction: "recvonly" });
+    const media = new MediaStream(); // video and audio may come as tracks of different streams
     peer.ontrack = (event) => {
-      video.srcObject = event.streams[0] || new MediaStream([event.track]);
+      media.addTrack(event.track);
+      if (video.srcObject !== media) video.srcObject = media;
+      video.muted = !withAudio;
       video.play().catch(() => {});
     };
     peer.onconnectionstatechange = () => {

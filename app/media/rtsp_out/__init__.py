@@ -7,7 +7,9 @@ Three parts, each knowing only the one below it:
 * `publisher`: `RtspPublisher`, one published path: its shared media factory and the media it keeps
   prepared between clients;
 * `feed`: `EncoderFeed`, the thread that hands the newest pushed frame, as I420, to the path's
-  appsrc → x264enc → rtph264pay.
+  appsrc → x264enc → rtph264pay;
+* `audio_feed`: `AudioFeed`, the same for a path's optional Opus stream (appsrc → opusenc → rtpopuspay),
+  stamped to play in sync with the frames pushed beside it.
 
 GStreamer and PyGObject are loaded on first use (`bindings`): without them the package still imports,
 `RtspServer.available` is False and `RtspServer.unavailable_reason` says what to install.

@@ -25,6 +25,8 @@ REQUIRED_ELEMENTS = {
     "appsrc": "gstreamer1.0-plugins-base",
     "x264enc": "gstreamer1.0-plugins-ugly",
     "rtph264pay": "gstreamer1.0-plugins-good",
+    "opusenc": "gstreamer1.0-plugins-base",
+    "rtpopuspay": "gstreamer1.0-plugins-good",
 }
 
 

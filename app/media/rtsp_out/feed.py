@@ -146,6 +146,12 @@ class EncoderFeed:
                 return
             self._frames.put(image)
 
+    def frame_interval_s(self) -> float:
+        """The producer's recent mean frame interval (the announced one until frames flow)."""
+        with self._cond:
+            gap = self._pacing.mean_gap_s
+        return gap if gap is not None else 1.0 / self.fps
+
     def set_watchers(self, count: int) -> None:
         with self._cond:
             if self._watchers == 0 and count > 0:

@@ -165,12 +165,13 @@ class RtspServer:
         bitrate_kbps: int | None = None,
         aud_after_frame: bool = True,
         login: tuple[str, str] | None = None,
+        audio: bool = False,
     ) -> RtspPublisher:
         """Serve `path` as H.264 at `width`x`height` (even numbers) and `fps`.
 
         `bitrate_kbps` defaults to `default_bitrate_kbps`; `aud_after_frame` is explained in
         `app.media.rtsp_out.feed`; `login` (user, password; the user unique to the path) is who may play it
-        when the server authenticates."""
+        when the server authenticates; `audio` adds an Opus stream fed by the publisher's `push_audio`."""
         gst = require_bindings()
         path = normalise_path(path)
         if width <= 0 or height <= 0 or width % 2 or height % 2:
@@ -181,7 +182,7 @@ class RtspServer:
         with self._lock:
             if path in self._publishers:
                 raise UserError(f"RTSP path {path} is already published")
-            publisher = RtspPublisher(self, gst, path, width, height, fps, kbps, aud_after_frame)
+            publisher = RtspPublisher(self, gst, path, width, height, fps, kbps, aud_after_frame, audio)
             if self.authenticate and login is not None:
                 allow_only(gst, publisher.factory, login[0])
                 self._logins[path] = login
@@ -190,7 +191,7 @@ class RtspServer:
             self._publishers[path] = publisher
             if self._server is not None:
                 self._server.get_mount_points().add_factory(path, publisher.factory)
-        log.info("RTSP publishing %s at %dx%d@%d, %d kbit/s", path, width, height, fps, kbps)
+        log.info("RTSP publishing %s at %dx%d@%d, %d kbit/s%s", path, width, height, fps, kbps, " with audio" * audio)
         return publisher
 
     def unpublish(self, path: str) -> None:

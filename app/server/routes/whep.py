@@ -10,6 +10,7 @@ import asyncio
 from collections.abc import Callable
 from typing import Annotated
 
+import av
 from fastapi import APIRouter, HTTPException, Path, Request, Response
 
 from app.auth.guard import AccessDep, SessionsUser, StreamsUser
@@ -45,10 +46,11 @@ async def add_viewer(
     output_id: str,
     listeners: list[Callable[[Image], None]],
     ended: asyncio.Event,
+    audio_listeners: list[Callable[[av.AudioFrame], None]] | None = None,
 ) -> Response:
     """Read the offer, join the output's shared encode, answer 201 with the viewer's `Location`."""
     offer = await read_offer(request, state)
-    viewer, answer = await state.viewers.add(f"{kind[:-1]}/{output_id}", offer, listeners, ended)
+    viewer, answer = await state.viewers.add(f"{kind[:-1]}/{output_id}", offer, listeners, ended, audio_listeners)
     location = f"/v1/{kind}/{output_id}/whep/{viewer.id}"
     return Response(answer, status_code=201, media_type="application/sdp", headers={"Location": location})
 
@@ -72,7 +74,9 @@ async def view_session(
 ) -> Response:
     """Body: the viewer's SDP offer (`Content-Type: application/sdp`, ICE gathering complete, H.264)."""
     session = owned_session(sessions, session_id, principal, access)
-    return await add_viewer(request, state, "sessions", session.id, session.output_listeners, session.closed)
+    return await add_viewer(
+        request, state, "sessions", session.id, session.output_listeners, session.closed, session.audio.outputs
+    )
 
 
 @router.get("/v1/sessions/{session_id}/whep")

@@ -18,8 +18,8 @@ from app.pipeline.align import align_faces
 from app.pipeline.cover import pixelate
 from app.pipeline.detect import RetinaFaceDetector
 from app.pipeline.face_choice import FaceChoice, choose_face
-from app.pipeline.landmarks import Mesh
 from app.pipeline.identity_map import FaceSources, MappedFaces
+from app.pipeline.landmarks import Mesh
 from app.pipeline.live import LiveTracking
 from app.pipeline.mesh_track import MeshTracking, TracksLandmarks, mesh_in, unfound_as_lost
 from app.pipeline.paste import PasteBack, PasteConfig, PasteItem

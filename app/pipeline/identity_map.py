@@ -121,7 +121,7 @@ class MappedFaces:
     def identity_map(self) -> IdentityMap:
         return self._map
 
-    def replace(self, identity_map: IdentityMap) -> None:
+    def use_map(self, identity_map: IdentityMap) -> None:
         """Use another map from the next frame on; faces already embedded are matched again, not embedded."""
         if identity_map.embedder_key != self._embedder.key:
             raise ValueError(f"the map's references come from {identity_map.embedder_key}, not {self._embedder.key}")

@@ -111,6 +111,6 @@ async def sources_for(
         return identity, source
     identity_map = await build_map(state, principal, entries, threshold)
     if isinstance(current, MappedFaces):
-        current.replace(identity_map)
+        current.use_map(identity_map)
         return entries[0].identity, current
     return entries[0].identity, MappedFaces(identity_map, await state.embedder())

@@ -123,7 +123,7 @@ def test_faces_are_embedded_once_per_track_and_a_new_map_rematches_them(
         assert abs(float(result.faces[0].box[0]) - float(streamer.box[0])) < 12
 
     # Live change: the guest instead. Same tracks, no new embedding, the other face swapped from the next frame.
-    mapped.replace(
+    mapped.use_map(
         IdentityMap(
             (MapEntry("guest", "astronaut", reference(embedder, detector, t1, guest), looks["astronaut"]),),
             embedder.same_person,

@@ -11,14 +11,13 @@ which two faces are taken for the same person (`same_person`).
 
 from __future__ import annotations
 
-import importlib.util
 import threading
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from app.errors import ModelError, UserError
+from app.identity.dlib_models import SHAPE_5, load_dlib_models
 from app.identity.store import Prepare
 from app.pipeline.detect import RetinaFaceDetector
 from app.pipeline.face_choice import choose_face, enrolled_choice
@@ -29,7 +28,6 @@ from app.pipeline.types import Face, Image
 from app.settings import PipelineSettings
 from engines.store import ModelStore
 
-_HINT = "pip install dlib-bin==20.0.1.post1 face_recognition_models==0.3.0 (the `match` extra)"
 # dlib's published same-person threshold is 0.6 in euclidean distance between its raw vectors, whose length is
 # about 1.46 on faces: 0.6 / 1.46 = 0.41 between unit vectors, 1 - 0.41**2 / 2 = 0.92 in cosine similarity.
 # Measured on the sample photos (the six people of insightface's t1, the astronaut, Tom Hanks): different people
@@ -56,14 +54,10 @@ class DlibEmbedder:
     same_person = DLIB_SAME_PERSON
 
     def __init__(self) -> None:
-        try:
-            import dlib
-        except ImportError:
-            raise EmbedderUnavailable(f"matching faces without ArcFace weights needs dlib: {_HINT}") from None
-        models = _models_dir()
-        self._dlib: Any = dlib
-        self._shape = dlib.shape_predictor(str(models / "shape_predictor_5_face_landmarks.dat"))
-        self._net = dlib.face_recognition_model_v1(str(models / "dlib_face_recognition_resnet_model_v1.dat"))
+        models = load_dlib_models(SHAPE_5, "matching faces without ArcFace weights", "`match`", EmbedderUnavailable)
+        self._dlib: Any = models.dlib
+        self._shape = models.shape
+        self._net = models.net
         self._lock = threading.Lock()
 
     @property
@@ -110,17 +104,6 @@ class ArcFaceEmbedder:
     def close(self) -> None:
         if self._owned:
             self._recognizer.close()
-
-
-def _models_dir() -> Path:
-    # Found without importing the package: its __init__ needs pkg_resources.
-    try:
-        spec = importlib.util.find_spec("face_recognition_models")
-    except (ImportError, ValueError):
-        spec = None
-    if spec is None or not spec.submodule_search_locations:
-        raise EmbedderUnavailable(f"matching faces without ArcFace weights needs face_recognition_models: {_HINT}")
-    return Path(next(iter(spec.submodule_search_locations))) / "models"
 
 
 def build_embedder(engine: SwapEngine, settings: PipelineSettings, store: ModelStore) -> FaceEmbedder:

@@ -1,18 +1,23 @@
 """Ingest without server-side request forgery: the host policy, credentials never shown, coarse errors, and a
 source that never answers becoming `failed`, freeing its slot and restartable by its owner."""
 
+import contextlib
 import re
 import socket
 import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from urllib.parse import urlsplit
 
+import cv2
 import httpx
+import numpy as np
 import pytest
 
-from app.media.rtsp_out import rtsp_unavailable_reason
+from app.media.rtsp_out import RtspServer, rtsp_unavailable_reason
 from app.pipeline.pipeline import FramePipeline
+from app.pipeline.types import Image
 from app.server.ingest_policy import IngestPolicy, SourceRefused, coarse_error, redact_credentials, refuse_redirects
 from app.settings import PipelineSettings
 from tests.server.harness import PAGE_HEADERS, server_settings, start_server, upload
@@ -202,3 +207,91 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+class _CountingProxy:
+    """A TCP relay in front of a real RTSP server that counts the DESCRIBE requests passing through it."""
+
+    def __init__(self, upstream_port: int) -> None:
+        self.describes = 0
+        self._upstream = upstream_port
+        self._sock = socket.socket()
+        self._sock.bind(("127.0.0.1", 0))
+        self._sock.listen(8)
+        self._sock.settimeout(0.1)
+        self.port = self._sock.getsockname()[1]
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        while not self._stop.is_set():
+            try:
+                client, _ = self._sock.accept()
+            except TimeoutError:
+                continue
+            server = socket.create_connection(("127.0.0.1", self._upstream))
+            threading.Thread(target=self._relay, args=(client, server, True), daemon=True).start()
+            threading.Thread(target=self._relay, args=(server, client, False), daemon=True).start()
+
+    def _relay(self, source: socket.socket, sink: socket.socket, requests: bool) -> None:
+        with source:
+            while not self._stop.is_set():
+                try:
+                    data = source.recv(65536)
+                    if not data:
+                        break
+                    if requests:
+                        self.describes += data.count(b"DESCRIBE rtsp://")
+                    sink.sendall(data)
+                except OSError:
+                    break
+        with contextlib.suppress(OSError):
+            sink.shutdown(socket.SHUT_WR)
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(5)
+        self._sock.close()
+
+
+@pytest.mark.slow
+@needs_rtsp
+def test_creating_a_stream_asks_the_source_for_its_description_once_before_ingest_opens_it(
+    identity_dir: Path, pipeline_factory: PipelineFactory, tom_png: bytes, astronaut: Image
+) -> None:
+    """A real RTSP source (gst-rtsp-server) sees one DESCRIBE from the redirect check and one from FFmpeg's open."""
+    frame = np.ascontiguousarray(cv2.resize(astronaut, (320, 240), interpolation=cv2.INTER_AREA))
+    stop = threading.Event()
+    with RtspServer(port=0) as camera:
+        publisher = camera.publish("camera", 320, 240, 15)
+
+        def feed() -> None:
+            while not stop.wait(1 / 15):
+                publisher.push(frame)
+
+        feeder = threading.Thread(target=feed, daemon=True)
+        feeder.start()
+        proxy = _CountingProxy(int(urlsplit(camera.url("camera")).port or 0))
+        settings = server_settings(
+            identity_dir, rtsp_enabled=True, rtsp_port=0, ingest_allowed_networks=["127.0.0.0/8"]
+        )
+        try:
+            with start_server(settings, pipeline_factory) as server:
+                base = server.base_url
+                identity = upload(base, tom_png).json()["id"]
+                body = {"source_url": f"rtsp://127.0.0.1:{proxy.port}/camera", "identity": identity}
+                created = httpx.post(f"{base}/v1/streams", json=body, timeout=30)
+                assert created.status_code == 201, created.text
+                stream = created.json()["id"]
+                deadline = time.monotonic() + 20
+                while (got := httpx.get(f"{base}/v1/streams/{stream}").json())["stats"].get("frames_in", 0) < 5:
+                    assert time.monotonic() < deadline, got
+                    time.sleep(0.1)
+                assert got["stats"]["reconnects"] == 0, got
+                assert proxy.describes == 2
+        finally:
+            stop.set()
+            feeder.join(5)
+            proxy.close()
+            publisher.close()

@@ -2,7 +2,6 @@
 source that never answers becoming `failed`, freeing its slot and restartable by its owner."""
 
 import contextlib
-import re
 import socket
 import threading
 import time
@@ -21,6 +20,7 @@ from app.pipeline.types import Image
 from app.server.ingest_policy import IngestPolicy, SourceRefused, coarse_error, redact_credentials, refuse_redirects
 from app.settings import PipelineSettings
 from tests.server.harness import PAGE_HEADERS, server_settings, start_server, upload
+from tests.server.loopback import LoopbackServer, reply_head
 
 UNAVAILABLE = rtsp_unavailable_reason()
 needs_rtsp = pytest.mark.skipif(UNAVAILABLE is not None, reason=f"GStreamer RTSP unavailable: {UNAVAILABLE}")
@@ -135,42 +135,24 @@ def test_a_source_that_never_answers_fails_frees_its_slot_and_restarts(
         assert again.status_code == 409
 
 
-class _RtspResponder:
+class _RtspResponder(LoopbackServer):
     """A hostile RTSP source on loopback: answers every request with `status` (a redirect to an internal port)."""
 
     def __init__(self, status: bytes) -> None:
         self._status = status
-        self._sock = socket.socket()
-        self._sock.bind(("127.0.0.1", 0))
-        self._sock.listen(8)
-        self._sock.settimeout(0.2)
-        self.port = self._sock.getsockname()[1]
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._serve, daemon=True)
-        self._thread.start()
+        super().__init__()
 
-    def _serve(self) -> None:
-        while not self._stop.is_set():
+    def handle(self, conn: socket.socket) -> None:
+        with conn:
+            conn.settimeout(2)
             try:
-                conn, _ = self._sock.accept()
-            except TimeoutError:
-                continue
-            with conn:
-                conn.settimeout(2)
-                try:
-                    request = conn.recv(4096)
-                except OSError:
-                    continue
-                cseq = re.search(rb"CSeq: *(\d+)", request)
-                conn.sendall(
-                    self._status + b"\r\nCSeq: " + (cseq.group(1) if cseq else b"1") + b"\r\n"
-                    b"Location: rtsp://127.0.0.1:8204/internal/admin\r\nContent-Length: 0\r\n\r\n"
-                )
-
-    def close(self) -> None:
-        self._stop.set()
-        self._thread.join(5)
-        self._sock.close()
+                request = conn.recv(4096)
+            except OSError:
+                return
+            conn.sendall(
+                reply_head(self._status, request)
+                + b"Location: rtsp://127.0.0.1:8204/internal/admin\r\nContent-Length: 0\r\n\r\n"
+            )
 
 
 def test_sources_that_redirect_are_refused() -> None:
@@ -209,30 +191,18 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-class _CountingProxy:
+class _CountingProxy(LoopbackServer):
     """A TCP relay in front of a real RTSP server that counts the DESCRIBE requests passing through it."""
 
     def __init__(self, upstream_port: int) -> None:
         self.describes = 0
         self._upstream = upstream_port
-        self._sock = socket.socket()
-        self._sock.bind(("127.0.0.1", 0))
-        self._sock.listen(8)
-        self._sock.settimeout(0.1)
-        self.port = self._sock.getsockname()[1]
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._serve, daemon=True)
-        self._thread.start()
+        super().__init__()
 
-    def _serve(self) -> None:
-        while not self._stop.is_set():
-            try:
-                client, _ = self._sock.accept()
-            except TimeoutError:
-                continue
-            server = socket.create_connection(("127.0.0.1", self._upstream))
-            threading.Thread(target=self._relay, args=(client, server, True), daemon=True).start()
-            threading.Thread(target=self._relay, args=(server, client, False), daemon=True).start()
+    def handle(self, conn: socket.socket) -> None:
+        server = socket.create_connection(("127.0.0.1", self._upstream))
+        threading.Thread(target=self._relay, args=(conn, server, True), daemon=True).start()
+        threading.Thread(target=self._relay, args=(server, conn, False), daemon=True).start()
 
     def _relay(self, source: socket.socket, sink: socket.socket, requests: bool) -> None:
         with source:
@@ -248,11 +218,6 @@ class _CountingProxy:
                     break
         with contextlib.suppress(OSError):
             sink.shutdown(socket.SHUT_WR)
-
-    def close(self) -> None:
-        self._stop.set()
-        self._thread.join(5)
-        self._sock.close()
 
 
 @pytest.mark.slow

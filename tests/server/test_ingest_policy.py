@@ -19,7 +19,7 @@ from app.pipeline.pipeline import FramePipeline
 from app.pipeline.types import Image
 from app.server.ingest_policy import IngestPolicy, SourceRefused, coarse_error, redact_credentials, refuse_redirects
 from app.settings import PipelineSettings
-from tests.server.harness import PAGE_HEADERS, server_settings, start_server, upload
+from tests.server.harness import PAGE_HEADERS, server_settings, start_server, start_stream, upload
 from tests.server.loopback import LoopbackServer, reply_head
 
 UNAVAILABLE = rtsp_unavailable_reason()
@@ -244,11 +244,7 @@ def test_creating_a_stream_asks_the_source_for_its_description_once_before_inges
         try:
             with start_server(settings, pipeline_factory) as server:
                 base = server.base_url
-                identity = upload(base, tom_png).json()["id"]
-                body = {"source_url": f"rtsp://127.0.0.1:{proxy.port}/camera", "identity": identity}
-                created = httpx.post(f"{base}/v1/streams", json=body, timeout=30)
-                assert created.status_code == 201, created.text
-                stream = created.json()["id"]
+                stream = start_stream(base, tom_png, f"rtsp://127.0.0.1:{proxy.port}/camera")
                 deadline = time.monotonic() + 20
                 while (got := httpx.get(f"{base}/v1/streams/{stream}").json())["stats"].get("frames_in", 0) < 5:
                     assert time.monotonic() < deadline, got

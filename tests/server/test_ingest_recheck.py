@@ -18,7 +18,7 @@ from app.pipeline.pipeline import FramePipeline
 from app.pipeline.types import Image
 from app.server.ingest_policy import HostUnresolved, IngestPolicy, SourceRefused
 from app.settings import PipelineSettings
-from tests.server.harness import server_settings, start_server, upload
+from tests.server.harness import server_settings, start_server, start_stream
 from tests.server.loopback import LoopbackServer, reply_head
 
 UNAVAILABLE = rtsp_unavailable_reason()
@@ -98,11 +98,7 @@ def test_a_source_that_starts_redirecting_fails_the_stream_on_reconnect(
             if not server.state.rtsp.available:
                 pytest.skip("RTSP output unavailable")
             base = server.base_url
-            identity = upload(base, tom_png).json()["id"]
-            body = {"source_url": f"rtsp://127.0.0.1:{source.port}/cam", "identity": identity}
-            created = httpx.post(f"{base}/v1/streams", json=body, timeout=30)
-            assert created.status_code == 201, created.text
-            stream = created.json()["id"]
+            stream = start_stream(base, tom_png, f"rtsp://127.0.0.1:{source.port}/cam")
             deadline = time.monotonic() + 10
             while httpx.get(f"{base}/v1/streams/{stream}").json()["stats"].get("reconnects", 0) < 1:
                 assert time.monotonic() < deadline, "the stream never tried to reconnect"

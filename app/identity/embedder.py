@@ -58,8 +58,8 @@ class DlibEmbedder:
     same_person = DLIB_SAME_PERSON
 
     def __init__(self) -> None:
-        self._models = load_embedder_models(EmbedderUnavailable)
         self._lock = threading.Lock()
+        self._models = load_embedder_models(EmbedderUnavailable)
 
     @property
     def key(self) -> str:
@@ -69,22 +69,22 @@ class DlibEmbedder:
         if not faces:
             return []
         with self._lock:
-            vectors = embed_faces(self._models, image, _boxes(faces))
+            vectors = self._vectors(image, _boxes(faces))
         return [_normalised(v) for v in vectors]
+
+    def _vectors(self, image: Image, boxes: list[tuple[int, int, int, int]]) -> list[np.ndarray]:
+        return embed_faces(self._models, image, boxes)
 
     def close(self) -> None:
         pass
 
 
-class DlibProcessEmbedder:
+class DlibProcessEmbedder(DlibEmbedder):
     """`DlibEmbedder` in a worker process (`app.identity.dlib_worker`): the same embeddings, computed without
     holding this process's GIL, so a server's frames keep flowing while a face is embedded (in a thread, dlib
     would stall every thread for ~0.1 s a face). One call at a time; a worker that died is started again."""
 
-    name = DlibEmbedder.name
-    same_person = DLIB_SAME_PERSON
-
-    def __init__(self) -> None:
+    def __init__(self) -> None:  # the models are loaded in the worker, not here
         self._lock = threading.Lock()
         self._pool = self._start()
 
@@ -101,20 +101,12 @@ class DlibProcessEmbedder:
             raise EmbedderUnavailable(error)
         return pool
 
-    @property
-    def key(self) -> str:
-        return self.name
-
-    def embed(self, image: Image, faces: list[Face]) -> list[np.ndarray]:
-        if not faces:
-            return []
-        with self._lock:
-            try:
-                vectors = self._pool.submit(dlib_worker.embed, image, _boxes(faces)).result()
-            except BrokenProcessPool:
-                self._pool = self._start()
-                raise
-        return [_normalised(v) for v in vectors]
+    def _vectors(self, image: Image, boxes: list[tuple[int, int, int, int]]) -> list[np.ndarray]:
+        try:
+            return self._pool.submit(dlib_worker.embed, image, boxes).result()
+        except BrokenProcessPool:
+            self._pool = self._start()
+            raise
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)

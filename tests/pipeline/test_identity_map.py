@@ -59,6 +59,28 @@ def reference(embedder: DlibEmbedder, detector: RetinaFaceDetector, t1: Image, f
     return mean_embedding(embedder.embed(photo, [max(found, key=lambda f: f.area)]))
 
 
+@pytest.fixture(scope="module")
+def only_me(
+    embedder: DlibEmbedder,
+    detector: RetinaFaceDetector,
+    t1: Image,
+    people: list[Face],
+    looks: dict[str, PreparedSource],
+) -> IdentityMap:
+    """Swap only me: the third person of the group photo (known by their reference photo) becomes Tom Hanks."""
+    return IdentityMap(
+        (MapEntry("me", "tom", reference(embedder, detector, t1, people[2]), looks["tom_hanks"]),),
+        embedder.same_person,
+        embedder.key,
+    )
+
+
+@pytest.fixture(scope="module")
+def tracked(people: list[Face]) -> list[Face]:
+    """The six faces as the tracker hands them over, each with a track of its own."""
+    return [Face(f.box, f.score, f.landmarks, track_id=i) for i, f in enumerate(people)]
+
+
 def swapped_region(pipeline: FramePipeline, frame: Image, face: Face) -> np.ndarray:
     """Where paste-back may write for this face: its aligned crop's square mapped back into the frame."""
     spec = pipeline.engine.align
@@ -118,13 +140,9 @@ def test_faces_are_embedded_once_per_track_and_a_new_map_rematches_them(
     t1: Image,
     people: list[Face],
     looks: dict[str, PreparedSource],
+    only_me: IdentityMap,
 ) -> None:
     streamer, guest = people[2], people[5]
-    only_me = IdentityMap(
-        (MapEntry("me", "tom", reference(embedder, detector, t1, streamer), looks["tom_hanks"]),),
-        embedder.same_person,
-        embedder.key,
-    )
     mapped = MappedFaces(only_me, embedder)
     tracker = pipeline.new_stream()
     frames = [np.ascontiguousarray(np.roll(t1, shift, axis=1)) for shift in (0, 2, 4, 6)]
@@ -163,20 +181,9 @@ def test_a_face_that_matches_nobody_is_left_as_it_is(
 
 
 def test_unmatched_tracks_are_looked_at_again_now_and_then_one_per_frame(
-    detector: RetinaFaceDetector,
-    embedder: DlibEmbedder,
-    t1: Image,
-    people: list[Face],
-    looks: dict[str, PreparedSource],
+    embedder: DlibEmbedder, t1: Image, only_me: IdentityMap, tracked: list[Face]
 ) -> None:
-    streamer = people[2]
-    only_me = IdentityMap(
-        (MapEntry("me", "tom", reference(embedder, detector, t1, streamer), looks["tom_hanks"]),),
-        embedder.same_person,
-        embedder.key,
-    )
     mapped = MappedFaces(only_me, embedder)
-    tracked = [Face(f.box, f.score, f.landmarks, track_id=i) for i, f in enumerate(people)]
     for _ in range(RECHECK_FRAMES):
         mapped.sources([t1], [tracked])
     assert mapped.embedded == 6
@@ -189,22 +196,12 @@ def test_unmatched_tracks_are_looked_at_again_now_and_then_one_per_frame(
 
 
 def test_live_streams_embed_new_faces_in_the_background_and_cover_them_until_known(
-    pipeline: FramePipeline,
-    detector: RetinaFaceDetector,
-    embedder: DlibEmbedder,
-    t1: Image,
-    people: list[Face],
-    looks: dict[str, PreparedSource],
+    pipeline: FramePipeline, embedder: DlibEmbedder, t1: Image, people: list[Face], only_me: IdentityMap
 ) -> None:
     """Six people come into view at once: the frame does not wait for their embeddings; until they arrive every
     face is covered (pixelated: neither shown as itself nor swapped into anyone), then only the mapped person
     is swapped and the others are left exactly as they are."""
     streamer = people[2]
-    only_me = IdentityMap(
-        (MapEntry("me", "tom", reference(embedder, detector, t1, streamer), looks["tom_hanks"]),),
-        embedder.same_person,
-        embedder.key,
-    )
     with ThreadPoolExecutor(1) as executor:
         mapped = MappedFaces(only_me, embedder, executor)
         tracker = pipeline.new_stream()
@@ -231,19 +228,8 @@ def test_live_streams_embed_new_faces_in_the_background_and_cover_them_until_kno
 
 
 def test_new_faces_seen_while_an_embedding_runs_wait_for_the_next_one(
-    detector: RetinaFaceDetector,
-    embedder: DlibEmbedder,
-    t1: Image,
-    people: list[Face],
-    looks: dict[str, PreparedSource],
+    embedder: DlibEmbedder, t1: Image, only_me: IdentityMap, tracked: list[Face]
 ) -> None:
-    streamer = people[2]
-    only_me = IdentityMap(
-        (MapEntry("me", "tom", reference(embedder, detector, t1, streamer), looks["tom_hanks"]),),
-        embedder.same_person,
-        embedder.key,
-    )
-    tracked = [Face(f.box, f.score, f.landmarks, track_id=i) for i, f in enumerate(people)]
     release = threading.Event()
     with ThreadPoolExecutor(1) as executor:
         executor.submit(release.wait, 30)  # the worker is busy: the stream's first job waits behind this

@@ -309,9 +309,9 @@ class StreamManager:
     async def _start(self, stream: Stream, checked_now: bool = True) -> None:
         """Start the stream's worker at `stream.source_url`, which the caller has just checked when `checked_now`
         (`source_check`: its one look at the source answers for the worker's first open; every other open is
-        checked first). Waits
-        up to `PROBE_TIMEOUT_S` for that open, so that with the source's size known the RTSP path exists at once;
-        otherwise it appears with the first frame. One DESCRIBE from the check, one from FFmpeg, nothing more."""
+        checked first). Waits up to `PROBE_TIMEOUT_S` for that open, so that with the source's size known the RTSP
+        path exists at once; otherwise it appears with the first frame. A new stream thus costs the source one
+        DESCRIBE from the check and one from FFmpeg's open."""
         publisher = stream.publisher = LazyPublisher(self._rtsp, stream.rtsp_path)
         loop = self._loop = asyncio.get_running_loop()
         checked = self._source_check is not None and is_live_source(stream.requested_url)

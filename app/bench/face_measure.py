@@ -5,31 +5,17 @@ Used only for measuring swap quality in benchmarks and tests: the 68-point predi
 300-W) excludes commercial use, so it never runs in the product.
 """
 
-import importlib.util
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
-from app.errors import UserError
+from app.identity.dlib_models import SHAPE_68, load_dlib_models
 from app.pipeline.types import Image
 
 SAME_PERSON = 0.6  # dlib's published threshold for its 128-d embedder
 OUTER_EYE_CORNERS = (36, 45)
-_HINT = "pip install dlib-bin==20.0.1.post1 face_recognition_models==0.3.0 (the quality extra)"
-
-
-def _models_dir() -> Path:
-    # Found without importing the package: its __init__ needs pkg_resources.
-    try:
-        spec = importlib.util.find_spec("face_recognition_models")
-    except (ImportError, ValueError):
-        spec = None
-    if spec is None or not spec.submodule_search_locations:
-        raise UserError(f"measuring swap quality needs face_recognition_models: {_HINT}")
-    return Path(next(iter(spec.submodule_search_locations))) / "models"
 
 
 @dataclass(frozen=True)
@@ -65,15 +51,11 @@ class DlibMeasurer:
     """dlib's 68-point predictor and ResNet embedder on a face given by its box."""
 
     def __init__(self) -> None:
-        try:
-            import dlib
-        except ImportError:
-            raise UserError(f"measuring swap quality needs dlib: {_HINT}") from None
-        models = _models_dir()
-        self._dlib: Any = dlib
-        self._shape = dlib.shape_predictor(str(models / "shape_predictor_68_face_landmarks.dat"))
-        self._embedder = dlib.face_recognition_model_v1(str(models / "dlib_face_recognition_resnet_model_v1.dat"))
-        self._detector = dlib.get_frontal_face_detector()
+        models = load_dlib_models(SHAPE_68, "measuring swap quality", "quality")
+        self._dlib: Any = models.dlib
+        self._shape = models.shape
+        self._embedder = models.net
+        self._detector = models.dlib.get_frontal_face_detector()
 
     def box(self, image: Image) -> tuple[int, int, int, int] | None:
         """The largest face dlib's HOG detector finds (x0, y0, x1, y1), or None."""

@@ -11,14 +11,16 @@ which two faces are taken for the same person (`same_person`).
 
 from __future__ import annotations
 
-import importlib.util
+import multiprocessing
 import threading
-from pathlib import Path
-from typing import Any
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 
 import numpy as np
 
 from app.errors import ModelError, UserError
+from app.identity import dlib_worker
+from app.identity.dlib_models import embed_faces, load_embedder_models
 from app.identity.store import Prepare
 from app.pipeline.detect import RetinaFaceDetector
 from app.pipeline.face_choice import choose_face, enrolled_choice
@@ -29,7 +31,6 @@ from app.pipeline.types import Face, Image
 from app.settings import PipelineSettings
 from engines.store import ModelStore
 
-_HINT = "pip install dlib-bin==20.0.1.post1 face_recognition_models==0.3.0 (the `match` extra)"
 # dlib's published same-person threshold is 0.6 in euclidean distance between its raw vectors, whose length is
 # about 1.46 on faces: 0.6 / 1.46 = 0.41 between unit vectors, 1 - 0.41**2 / 2 = 0.92 in cosine similarity.
 # Measured on the sample photos (the six people of insightface's t1, the astronaut, Tom Hanks): different people
@@ -50,21 +51,15 @@ def _normalised(vector: np.ndarray) -> np.ndarray:
 
 class DlibEmbedder:
     """dlib's 128-d ResNet on the face given by its box (dlib's 5 points align it). About 0.1 s per face on one
-    core: run once per new face track, never per frame. dlib's objects are not thread-safe: one call at a time."""
+    core: run once per new face track, never per frame. dlib's objects are not thread-safe: one call at a time.
+    dlib keeps Python's GIL while it computes: the server runs it in a process of its own (`DlibProcessEmbedder`)."""
 
     name = "dlib-resnet-128"
     same_person = DLIB_SAME_PERSON
 
     def __init__(self) -> None:
-        try:
-            import dlib
-        except ImportError:
-            raise EmbedderUnavailable(f"matching faces without ArcFace weights needs dlib: {_HINT}") from None
-        models = _models_dir()
-        self._dlib: Any = dlib
-        self._shape = dlib.shape_predictor(str(models / "shape_predictor_5_face_landmarks.dat"))
-        self._net = dlib.face_recognition_model_v1(str(models / "dlib_face_recognition_resnet_model_v1.dat"))
         self._lock = threading.Lock()
+        self._models = load_embedder_models(EmbedderUnavailable)
 
     @property
     def key(self) -> str:
@@ -73,17 +68,56 @@ class DlibEmbedder:
     def embed(self, image: Image, faces: list[Face]) -> list[np.ndarray]:
         if not faces:
             return []
-        rgb = np.ascontiguousarray(image[..., ::-1])
         with self._lock:
-            shapes = self._dlib.full_object_detections()
-            for face in faces:
-                x1, y1, x2, y2 = (round(float(v)) for v in face.box)
-                shapes.append(self._shape(rgb, self._dlib.rectangle(x1, y1, x2, y2)))
-            vectors = self._net.compute_face_descriptor(rgb, shapes)
-        return [_normalised(np.array(v)) for v in vectors]
+            vectors = self._vectors(image, _boxes(faces))
+        return [_normalised(v) for v in vectors]
+
+    def _vectors(self, image: Image, boxes: list[tuple[int, int, int, int]]) -> list[np.ndarray]:
+        return embed_faces(self._models, image, boxes)
 
     def close(self) -> None:
         pass
+
+
+class DlibProcessEmbedder(DlibEmbedder):
+    """`DlibEmbedder` in a worker process (`app.identity.dlib_worker`): the same embeddings, computed without
+    holding this process's GIL, so a server's frames keep flowing while a face is embedded (in a thread, dlib
+    would stall every thread for ~0.1 s a face). One call at a time; a worker that died is started again."""
+
+    def __init__(self) -> None:  # the models are loaded in the worker, not here
+        self._lock = threading.Lock()
+        self._pool = self._start()
+
+    @staticmethod
+    def _start() -> ProcessPoolExecutor:
+        # spawn: forking a process that runs model and network threads could copy a lock held by one of them.
+        pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"), initializer=dlib_worker.start)
+        try:
+            error = pool.submit(dlib_worker.ready).result()
+        except BrokenProcessPool:
+            error = "the dlib worker process did not start"
+        if error is not None:
+            pool.shutdown(wait=False, cancel_futures=True)
+            raise EmbedderUnavailable(error)
+        return pool
+
+    def _vectors(self, image: Image, boxes: list[tuple[int, int, int, int]]) -> list[np.ndarray]:
+        try:
+            return self._pool.submit(dlib_worker.embed, image, boxes).result()
+        except BrokenProcessPool:
+            self._pool = self._start()
+            raise
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _boxes(faces: list[Face]) -> list[tuple[int, int, int, int]]:
+    boxes = []
+    for face in faces:
+        x1, y1, x2, y2 = (round(float(v)) for v in face.box)
+        boxes.append((x1, y1, x2, y2))
+    return boxes
 
 
 class ArcFaceEmbedder:
@@ -112,20 +146,12 @@ class ArcFaceEmbedder:
             self._recognizer.close()
 
 
-def _models_dir() -> Path:
-    # Found without importing the package: its __init__ needs pkg_resources.
-    try:
-        spec = importlib.util.find_spec("face_recognition_models")
-    except (ImportError, ValueError):
-        spec = None
-    if spec is None or not spec.submodule_search_locations:
-        raise EmbedderUnavailable(f"matching faces without ArcFace weights needs face_recognition_models: {_HINT}")
-    return Path(next(iter(spec.submodule_search_locations))) / "models"
-
-
-def build_embedder(engine: SwapEngine, settings: PipelineSettings, store: ModelStore) -> FaceEmbedder:
+def build_embedder(
+    engine: SwapEngine, settings: PipelineSettings, store: ModelStore, *, own_process: bool = False
+) -> FaceEmbedder:
     """The inswapper engine's own recognizer; else the ArcFace recognizer when its weights are in the store;
-    else dlib's embedder (`EmbedderUnavailable` when dlib is not installed either)."""
+    else dlib's embedder (`EmbedderUnavailable` when dlib is not installed either), in a worker process of its
+    own with `own_process` (a server: see `DlibProcessEmbedder`)."""
     inner: object = engine
     while (wrapped := getattr(inner, "inner", None)) is not None:  # wrappers (the mouth mask)
         inner = wrapped
@@ -140,7 +166,7 @@ def build_embedder(engine: SwapEngine, settings: PipelineSettings, store: ModelS
 
         recognizer = ArcFaceRecognizer(load_model(store, settings.recognizer_model, settings))
         return ArcFaceEmbedder(recognizer, settings.recognizer_model, owned=True)
-    return DlibEmbedder()
+    return DlibProcessEmbedder() if own_process else DlibEmbedder()
 
 
 REFERENCE = "reference"  # the engine name reference embeddings are stored under

@@ -108,6 +108,7 @@ class IngestWorker:
         give_up_attempts: int | None = None,
         give_up_s: float | None = None,
         before_open: Callable[[], str] | None = None,
+        on_open: Callable[[int, int], None] | None = None,
     ) -> None:
         if reconnect_initial_s <= 0 or reconnect_max_s < reconnect_initial_s:
             raise ValueError("need 0 < reconnect_initial_s <= reconnect_max_s")
@@ -128,6 +129,8 @@ class IngestWorker:
         # returns the URL to open now, or raises `SourceForbidden` (the worker fails) or OSError (retried). A
         # host name may resolve elsewhere and a source may start redirecting after it was first checked.
         self._before_open = before_open
+        # Called on the reader thread with the video's size each time the source opens with a video stream.
+        self._on_open = on_open
 
         self._log_name = redact_url(source_url)
         self._cond = threading.Condition()
@@ -285,6 +288,9 @@ class IngestWorker:
                 message = f"{self._log_name} has no video stream"
                 raise _SourceUnusable(message) if self.live else _SourceFailed(message)
             stream = container.streams.video[0]
+            width, height = int(stream.codec_context.width), int(stream.codec_context.height)
+            if self._on_open is not None and width > 0 and height > 0:
+                self._on_open(width, height)
             rate = float(stream.average_rate) if stream.average_rate else 30.0
             start_wall = 0.0
             start_time = 0.0

@@ -15,7 +15,6 @@ packet loss heals without a PLI (aiortc does not pass PLIs on for packets it did
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import secrets
 import threading
@@ -26,10 +25,10 @@ from fractions import Fraction
 import av
 import numpy as np
 from aiortc import RTCConfiguration, RTCIceServer, RTCPeerConnection, RTCRtpSender, RTCSessionDescription
-from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
 from av.video.codeccontext import VideoCodecContext
 
 from app.media.mailbox import Mailbox
+from app.media.packet_track import PacketTrack
 from app.media.whep_audio import EncodedAudioTrack, SharedOpusEncoder
 from app.pipeline.types import Image
 
@@ -53,7 +52,7 @@ def bitrate_bps(width: int, height: int) -> int:
     return max(300_000, round(width * height * 30 * 0.1))
 
 
-class EncodedVideoTrack(MediaStreamTrack):
+class EncodedVideoTrack(PacketTrack):
     """One viewer's video: the hub's encoded frames, in order, from a keyframe on."""
 
     kind = "video"
@@ -61,10 +60,7 @@ class EncodedVideoTrack(MediaStreamTrack):
     def __init__(self, request_keyframe: Callable[[], None]) -> None:
         super().__init__()
         self._request_keyframe = request_keyframe
-        self._queue: asyncio.Queue[av.Packet] = asyncio.Queue()
         self._synced = False  # a keyframe was queued since the last gap
-        self.packets_sent = 0
-        self.packets_dropped = 0
 
     def deliver(self, packet: av.Packet, keyframe: bool) -> None:
         """On the event loop: queue `packet`, or drop it until the next keyframe when behind."""
@@ -83,20 +79,6 @@ class EncodedVideoTrack(MediaStreamTrack):
             self._request_keyframe()
             return
         self._queue.put_nowait(packet)
-
-    async def recv(self) -> av.Packet:  # aiortc senders accept packets as well as frames
-        if self.readyState != "live":
-            raise MediaStreamError
-        packet = await self._queue.get()
-        if self.readyState != "live":
-            raise MediaStreamError
-        self.packets_sent += 1
-        return packet
-
-    def stop(self) -> None:
-        super().stop()
-        with contextlib.suppress(asyncio.QueueFull):
-            self._queue.put_nowait(av.Packet(b""))  # wakes a pending recv, which then sees the track ended
 
 
 class Viewer:

@@ -9,14 +9,13 @@ millisecond, less than a thread hand-off would.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 from fractions import Fraction
 
 import av
-from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
 from av.audio.codeccontext import AudioCodecContext
+
+from app.media.packet_track import PacketTrack
 
 log = logging.getLogger(__name__)
 
@@ -28,16 +27,10 @@ BITRATE = 96000
 VIEWER_QUEUE_PACKETS = 10
 
 
-class EncodedAudioTrack(MediaStreamTrack):
+class EncodedAudioTrack(PacketTrack):
     """One viewer's audio: the shared encoder's Opus packets, newest kept when it falls behind."""
 
     kind = "audio"
-
-    def __init__(self) -> None:
-        super().__init__()
-        self._queue: asyncio.Queue[av.Packet] = asyncio.Queue()
-        self.packets_sent = 0
-        self.packets_dropped = 0
 
     def deliver(self, packet: av.Packet) -> None:
         if self.readyState != "live":
@@ -46,20 +39,6 @@ class EncodedAudioTrack(MediaStreamTrack):
             self._queue.get_nowait()
             self.packets_dropped += 1
         self._queue.put_nowait(packet)
-
-    async def recv(self) -> av.Packet:  # aiortc senders accept packets as well as frames
-        if self.readyState != "live":
-            raise MediaStreamError
-        packet = await self._queue.get()
-        if self.readyState != "live":
-            raise MediaStreamError
-        self.packets_sent += 1
-        return packet
-
-    def stop(self) -> None:
-        super().stop()
-        with contextlib.suppress(asyncio.QueueFull):
-            self._queue.put_nowait(av.Packet(b""))  # wakes a pending recv, which then sees the track ended
 
 
 class SharedOpusEncoder:

@@ -11,12 +11,22 @@ embedded again. A face without a track (still photos, untracked frames) is embed
 A track that matches nobody is embedded again now and then (`RECHECK_FRAMES`, one face per frame at most), so a
 person who came into view turned away or half hidden is still found once they face the camera; a matched track
 keeps its match.
+
+Live streams embed in the background (`MappedFaces(..., executor=...)`): embedding costs ~0.1 s per face on a CPU
+core, so six people coming into view at once would stall one frame by half a second. At most one embedding runs
+per stream; the faces of new tracks seen while it runs wait for the next. Until its track's embedding arrives a
+face is `PENDING`, and the pipeline covers it (pixelates it, as it covers a lost face): it may be a mapped person
+who must not be shown as themselves, and no identity may be swapped onto it before it is known whose face it is.
+Once known it is swapped or, matching nobody, left as it is. A track that is looked at again keeps its current
+match while that look runs. Files (`swapcast swap --map`) embed inline, so every frame is exact.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Sequence
+from concurrent.futures import Executor, Future
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -24,6 +34,8 @@ import numpy as np
 
 from app.pipeline.swap import PreparedSource
 from app.pipeline.types import Face, Image
+
+log = logging.getLogger(__name__)
 
 # Tracks unseen for this many frames are forgotten (the tracker ends a covered track after 150 frames).
 FORGET_AFTER_FRAMES = 300
@@ -96,6 +108,18 @@ class IdentityMap:
         }
 
 
+class Pending:
+    """What a face gets while its track's embedding is computed in the background: covered, neither swapped nor
+    shown as it is (see the module's notes)."""
+
+    def __repr__(self) -> str:
+        return "PENDING"
+
+
+PENDING = Pending()
+FaceSource = PreparedSource | Pending | None  # what to swap onto a face; None: leave it as it is
+
+
 @dataclass
 class _Track:
     embedding: np.ndarray
@@ -105,16 +129,21 @@ class _Track:
 
 class MappedFaces:
     """One stream's faces matched against its (replaceable) map. Thread-safe: frames of one stream may be
-    processed while the map is replaced from the event loop."""
+    processed while the map is replaced from the event loop. With `executor`, tracked faces are embedded there
+    (one job at a time) instead of on the frame's path, and a face waiting for its embedding is `PENDING`."""
 
-    def __init__(self, identity_map: IdentityMap, embedder: FaceEmbedder) -> None:
+    def __init__(self, identity_map: IdentityMap, embedder: FaceEmbedder, executor: Executor | None = None) -> None:
         if identity_map.embedder_key != embedder.key:
             raise ValueError(f"the map's references come from {identity_map.embedder_key}, not {embedder.key}")
         self._map = identity_map
         self._embedder = embedder
+        self._executor = executor
         self._tracks: dict[int, _Track] = {}
         self._frame = 0
         self._lock = threading.Lock()
+        self._job: Future[list[tuple[int, np.ndarray]]] | None = None  # the background embedding in flight
+        self._job_frame = 0  # the frame the job's faces come from
+        self._failures = 0
         self.embedded = 0  # faces embedded so far (once per track, and unmatched ones again now and then)
 
     @property
@@ -127,25 +156,30 @@ class MappedFaces:
             raise ValueError(f"the map's references come from {identity_map.embedder_key}, not {self._embedder.key}")
         self._map = identity_map
 
-    def sources(self, frames: list[Image], faces: list[list[Face]]) -> list[list[PreparedSource | None]]:
-        """For each face of each frame, what to swap onto it, or None to leave it as it is."""
+    def sources(self, frames: list[Image], faces: list[list[Face]]) -> list[list[FaceSource]]:
+        """For each face of each frame, what to swap onto it, None to leave it as it is, or `PENDING` while its
+        embedding is being computed in the background."""
         identity_map = self._map
         with self._lock:
             self._frame += 1
-            chosen: list[list[PreparedSource | None]] = []
+            self._collect()
+            chosen: list[list[FaceSource]] = []
             for frame, frame_faces in zip(frames, faces, strict=True):
-                embeddings = self._embeddings(frame, frame_faces, identity_map)
-                row: list[PreparedSource | None] = []
-                for embedding in embeddings:
+                row: list[FaceSource] = []
+                for embedding in self._embeddings(frame, frame_faces, identity_map):
+                    if embedding is None:
+                        row.append(PENDING)
+                        continue
                     index, _ = identity_map.match(embedding)
                     row.append(identity_map.entries[index].source if index is not None else None)
                 chosen.append(row)
             self._forget_old()
         return chosen
 
-    def _embeddings(self, frame: Image, faces: list[Face], identity_map: IdentityMap) -> list[np.ndarray]:
-        """Each face's embedding: its track's when it has one, else computed now (for the new ones at once), and
-        again for the longest-unmatched track seen in this frame once it is due."""
+    def _embeddings(self, frame: Image, faces: list[Face], identity_map: IdentityMap) -> list[np.ndarray | None]:
+        """Each face's embedding: its track's when it has one, else computed now (for the new ones at once; with
+        an executor, tracked ones there, None until they arrive), and again for the longest-unmatched track seen
+        in this frame once it is due."""
         known: dict[int, np.ndarray] = {}
         new = []
         due: list[tuple[int, int]] = []  # (embedded_at, position) of unmatched tracks due a new look
@@ -161,6 +195,12 @@ class MappedFaces:
                 due.append((track.embedded_at, position))
         if due:
             new.append(min(due)[1])
+        if self._executor is not None:  # untracked faces cannot wait for a later frame: they stay inline
+            tracked = [p for p in new if faces[p].track_id >= 0]
+            if tracked and self._job is None:
+                self._job = self._executor.submit(self._embed_tracks, frame, [faces[p] for p in tracked])
+                self._job_frame = self._frame
+            new = [p for p in new if faces[p].track_id < 0]
         if new:
             computed = self._embedder.embed(frame, [faces[p] for p in new])
             self.embedded += len(new)
@@ -168,7 +208,27 @@ class MappedFaces:
                 known[position] = embedding
                 if faces[position].track_id >= 0:
                     self._tracks[faces[position].track_id] = _Track(embedding, self._frame, self._frame)
-        return [known[p] for p in range(len(faces))]
+        return [known.get(p) for p in range(len(faces))]
+
+    def _embed_tracks(self, frame: Image, faces: list[Face]) -> list[tuple[int, np.ndarray]]:
+        return list(zip((f.track_id for f in faces), self._embedder.embed(frame, faces), strict=True))
+
+    def _collect(self) -> None:
+        """Take in the background job's embeddings once it has finished (a failed job is retried by the next
+        frame that still needs it)."""
+        if self._job is None or not self._job.done():
+            return
+        job, self._job = self._job, None
+        try:
+            results = job.result()
+        except Exception:
+            self._failures += 1
+            if self._failures == 1 or self._failures % 100 == 0:
+                log.warning("background face embedding failed (%d so far)", self._failures, exc_info=True)
+            return
+        self.embedded += len(results)
+        for track_id, embedding in results:
+            self._tracks[track_id] = _Track(embedding, self._frame, self._job_frame)
 
     def _forget_old(self) -> None:
         stale = [tid for tid, t in self._tracks.items() if self._frame - t.last_frame > FORGET_AFTER_FRAMES]

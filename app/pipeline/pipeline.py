@@ -18,7 +18,7 @@ from app.pipeline.align import align_faces
 from app.pipeline.cover import pixelate
 from app.pipeline.detect import RetinaFaceDetector
 from app.pipeline.face_choice import FaceChoice, choose_face
-from app.pipeline.identity_map import FaceSources, MappedFaces
+from app.pipeline.identity_map import PENDING, FaceSources, MappedFaces
 from app.pipeline.landmarks import Mesh
 from app.pipeline.live import LiveTracking
 from app.pipeline.mesh_track import MeshTracking, TracksLandmarks, mesh_in, unfound_as_lost
@@ -182,7 +182,7 @@ class FramePipeline:
             if tracker.config.on_face_lost != "pass":
                 located, chosen, found = unfound_as_lost(located, chosen, found)
             meshes = [mesh for frame_meshes in found for mesh in frame_meshes]
-        chosen, face_sources, meshes = self._sources(source, frames, chosen, meshes, timer)
+        frames, chosen, face_sources, meshes = self._sources(source, frames, chosen, meshes, timer)
         with timer.stage("align"):
             aligned = align_faces(frames, chosen, self.engine.align)
         with timer.stage("swap"):
@@ -226,11 +226,12 @@ class FramePipeline:
         chosen: list[list[Face]],
         meshes: list[Mesh | None] | None,
         timer: StageTimer,
-    ) -> tuple[list[list[Face]], list[PreparedSource], list[Mesh | None] | None]:
-        """The faces to swap, what to swap onto each and its tracked landmarks, in `align_faces`' order: with an
-        identity map, faces that match nobody are dropped here so they pass through untouched."""
+    ) -> tuple[list[Image], list[list[Face]], list[PreparedSource], list[Mesh | None] | None]:
+        """The frames, the faces to swap, what to swap onto each and its tracked landmarks, in `align_faces`' order:
+        with an identity map, faces that match nobody are dropped here so they pass through untouched, and faces
+        whose match is pending are covered."""
         if not isinstance(source, MappedFaces):
-            return chosen, [source] * sum(len(faces) for faces in chosen), meshes
+            return frames, chosen, [source] * sum(len(faces) for faces in chosen), meshes
         with timer.stage("identify"):
             per_face = source.sources(frames, chosen)
         flat_meshes: list[Mesh | None] = meshes or [None] * sum(len(faces) for faces in chosen)
@@ -238,16 +239,19 @@ class FramePipeline:
         kept_sources: list[PreparedSource] = []
         kept_meshes: list[Mesh | None] = []
         position = 0
+        covered: list[list[Face]] = []
         for faces, sources in zip(chosen, per_face, strict=True):
             frame_kept = []
+            covered.append([face for face, face_source in zip(faces, sources, strict=True) if face_source is PENDING])
             for face, face_source in zip(faces, sources, strict=True):
-                if face_source is not None:
+                if isinstance(face_source, PreparedSource):
                     frame_kept.append(face)
                     kept_sources.append(face_source)
                     kept_meshes.append(flat_meshes[position])
                 position += 1
             kept.append(frame_kept)
-        return kept, kept_sources, (kept_meshes if meshes is not None else None)
+        frames = [pixelate(frame, cover) for frame, cover in zip(frames, covered, strict=True)]
+        return frames, kept, kept_sources, (kept_meshes if meshes is not None else None)
 
     def _cover_lost(self, tracker: FaceTracker, frame: Image, faces: list[Face], items: list[PasteItem]) -> Image:
         """Hide each lost face that was being swapped: pixelate its last region and, with `hold`, freeze its

@@ -113,4 +113,4 @@ async def sources_for(
     if isinstance(current, MappedFaces):
         current.use_map(identity_map)
         return entries[0].identity, current
-    return entries[0].identity, MappedFaces(identity_map, await state.embedder())
+    return entries[0].identity, MappedFaces(identity_map, await state.embedder(), state.embed_executor)

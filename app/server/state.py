@@ -5,6 +5,7 @@ import asyncio
 import logging
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 
 import numpy as np
 from prometheus_client import CollectorRegistry
@@ -39,6 +40,8 @@ log = logging.getLogger(__name__)
 
 PipelineFactory = Callable[[PipelineSettings], FramePipeline]
 StateListener = Callable[["ServerState"], None]
+# Background embedding threads for identity maps (dlib runs one face batch at a time anyway).
+EMBED_WORKERS = 2
 WARMUP_SIZES = ((640, 480), (1280, 720))
 
 
@@ -91,6 +94,8 @@ class ServerState:
         # upload or an identity switch never waits behind video.
         self.executor = ThreadPoolExecutor(settings.pipeline_workers, thread_name_prefix="swapcast-pipeline")
         self.control_executor = ThreadPoolExecutor(2, thread_name_prefix="swapcast-control")
+        # Identity maps embed new faces here, off the frame's path (one job at a time per session or stream).
+        self.embed_executor = ThreadPoolExecutor(EMBED_WORKERS, thread_name_prefix="swapcast-embed")
         decode_slots.resize(settings.max_concurrent_decodes)
         self.store = IdentityStore(settings.identity_dir)
         self.identity_quota = IdentityQuota(settings.max_identities, settings.max_identity_bytes)
@@ -237,6 +242,7 @@ class ServerState:
                 log.exception("pipeline did not close cleanly")
         self.executor.shutdown(wait=False, cancel_futures=True)
         self.control_executor.shutdown(wait=False, cancel_futures=True)
+        self.embed_executor.shutdown(wait=False, cancel_futures=True)
 
     # ------------------------------------------------------------------------------ identities
 
@@ -293,9 +299,9 @@ class ServerState:
         async with self._embedder_lock:
             if self._embedder is None:
                 store = open_model_store(self.settings.models)
-                self._embedder = await asyncio.get_running_loop().run_in_executor(
-                    self.control_executor, build_embedder, pipeline.engine, self.settings.pipeline, store
-                )
+                # dlib in a process of its own: in a thread it would hold the GIL, and every frame, ~0.1 s a face.
+                build = partial(build_embedder, pipeline.engine, self.settings.pipeline, store, own_process=True)
+                self._embedder = await asyncio.get_running_loop().run_in_executor(self.control_executor, build)
         return self._embedder
 
     async def load_reference(self, identity_id: str) -> np.ndarray:

@@ -14,8 +14,6 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-import av
-
 from app.media.rtsp_in import IngestWorker, SourceForbidden, is_live_source
 from app.observability import Metrics
 from app.pipeline.identity_map import FaceSources, describe_sources
@@ -31,6 +29,7 @@ from app.server.rtsp import FramePublisher, RtspOutput
 log = logging.getLogger(__name__)
 
 KIND = "stream"
+# How long a new stream waits for its source's first open (its size makes the RTSP path exist at once).
 PROBE_TIMEOUT_S = 5.0
 
 
@@ -88,22 +87,6 @@ class LazyPublisher:
             publisher, self._publisher = self._publisher, None
         if publisher is not None:
             publisher.close()
-
-
-def probe_size(source_url: str, timeout_s: float = PROBE_TIMEOUT_S) -> tuple[int, int] | None:
-    """The source's frame size, or None when it cannot be learnt quickly (the source may come up later)."""
-    live = "://" in source_url and not source_url.startswith("file:")
-    target = source_url if live else source_url.removeprefix("file://")
-    try:
-        options = {"rtsp_transport": "tcp"} if live else {}
-        with av.open(target, options=options, timeout=(timeout_s, timeout_s)) as container:
-            if not container.streams.video:
-                return None
-            codec = container.streams.video[0].codec_context
-            width, height = int(codec.width), int(codec.height)
-    except (av.error.FFmpegError, OSError, ValueError):
-        return None
-    return (width, height) if width > 0 and height > 0 else None
 
 
 class Stream:
@@ -233,6 +216,7 @@ class StreamManager:
         self.pipeline = pipeline
         # The host policy and redirect refusal (IngestPolicy.check_and_probe), applied before every open of a live
         # source, reconnects included: a name may resolve elsewhere later, a source may start redirecting later.
+        # The caller of `open` and `restart` applies it for the first open (a refused source costs no slot).
         self._source_check = source_check
         self._provenance = provenance
         self._metrics = metrics
@@ -284,7 +268,9 @@ class StreamManager:
         requested_url: str | None = None,
         label: bool | None = None,
     ) -> Stream:
-        """Start pulling, swapping and publishing; the output carries a mark issued to this stream and `owner`."""
+        """Start pulling, swapping and publishing; the output carries a mark issued to this stream and `owner`.
+        A live `source_url` has just passed `source_check` (the caller checks `requested_url`, as the client gave
+        it: a refused source then costs no slot and no mark)."""
         self.check_available()
         with self._admission.reserve(owner):
             stream = Stream(
@@ -315,40 +301,64 @@ class StreamManager:
         with self._admission.reserve(stream.owner):
             if source_url is not None:
                 stream.source_url = source_url
-            await self._start(stream)
+            await self._start(stream, checked_now=source_url is not None)
             del self._failed[stream_id]
             self._admission.admit(stream.id, stream, stream.owner)
             return stream
 
-    async def _start(self, stream: Stream) -> None:
+    async def _start(self, stream: Stream, checked_now: bool = True) -> None:
+        """Start the stream's worker at `stream.source_url`, which the caller has just checked when `checked_now`
+        (`source_check`: its one look at the source answers for the worker's first open; every other open is
+        checked first). Waits up to `PROBE_TIMEOUT_S` for that open, so that with the source's size known the RTSP
+        path exists at once; otherwise it appears with the first frame. A new stream thus costs the source one
+        DESCRIBE from the check and one from FFmpeg's open."""
         publisher = stream.publisher = LazyPublisher(self._rtsp, stream.rtsp_path)
         loop = self._loop = asyncio.get_running_loop()
         checked = self._source_check is not None and is_live_source(stream.requested_url)
-        # With the size known the RTSP path exists at once; otherwise it appears with the first frame.
+        first_open = threading.Event()  # the worker's first open is over, whether it worked or not
+
+        def opened(width: int, height: int) -> None:
+            publisher.open(width, height)
+            first_open.set()
+
+        def on_state(state: str) -> None:
+            if state != "connecting":
+                first_open.set()
+            self._on_state(stream, state)
+
         try:
-            if checked:
-                await loop.run_in_executor(None, self._check_now, stream)  # the probe opens the source too
-            size = await loop.run_in_executor(None, probe_size, stream.source_url)
-            if size is not None:
-                await loop.run_in_executor(None, publisher.open, *size)
             worker = self._worker_factory(
                 stream.source_url,
                 stream.process,
                 publisher,
-                on_state=lambda state: self._on_state(stream, state),
+                on_state=on_state,
                 give_up_attempts=self._give_up.attempts,
                 give_up_s=self._give_up.seconds,
-                before_open=(lambda: self._check_before_open(stream)) if checked else None,
+                before_open=self._checks_after_the_first(stream, checked_now) if checked else None,
+                on_open=opened,
             )
             stream.worker = worker
             await loop.run_in_executor(None, worker.start)
+            await loop.run_in_executor(None, first_open.wait, PROBE_TIMEOUT_S)
         except BaseException as exc:
             await asyncio.shield(loop.run_in_executor(None, _stop_stream, stream))
-            if isinstance(exc, SourceRefused):
-                raise
             if isinstance(exc, Exception):
                 raise StreamsUnavailable(f"cannot start the stream: {coarse_error(str(exc))}") from None
             raise
+
+    def _checks_after_the_first(self, stream: Stream, checked_now: bool) -> Callable[[], str]:
+        """The worker's `before_open`: the first open goes where the caller's check just looked (`checked_now`);
+        every other one is checked first."""
+        just_checked = checked_now
+
+        def before_open() -> str:
+            nonlocal just_checked
+            if just_checked:
+                just_checked = False
+                return stream.source_url
+            return self._check_before_open(stream)
+
+        return before_open
 
     def _check_now(self, stream: Stream) -> str:
         """The stream's source checked again as the client gave it; what to open now. Blocks."""

@@ -159,3 +159,11 @@ def upload(
         headers=headers if headers is not None else PAGE_HEADERS,
         timeout=60,
     )
+
+
+def start_stream(base_url: str, photo: bytes, source_url: str) -> str:
+    """A stream from `source_url` with `photo` as its identity (201 asserted); its id."""
+    identity = upload(base_url, photo).json()["id"]
+    created = httpx.post(f"{base_url}/v1/streams", json={"source_url": source_url, "identity": identity}, timeout=30)
+    assert created.status_code == 201, created.text
+    return str(created.json()["id"])

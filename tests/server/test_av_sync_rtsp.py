@@ -4,51 +4,32 @@ and compares, by presentation time, when each flash and each burst begin. The en
 slower: the offset must not move with it."""
 
 import asyncio
-import contextlib
 from collections.abc import Callable
 from pathlib import Path
 
 import httpx
 import numpy as np
 import pytest
-from aiortc import RTCConfiguration, RTCPeerConnection, RTCSessionDescription
-from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
 
 from app.bench.av_offset import pull_onsets
 from app.media.rtsp_out import rtsp_unavailable_reason
 from app.pipeline.pipeline import FramePipeline
 from app.settings import PipelineSettings
+from tests.server.av_clients import SlowedFactory, drain, flash_and_tone_sender, open_session
 from tests.server.harness import server_settings, start_server, upload
-from tests.server.test_av_sync import Clock, FlashTrack, SlowedPipeline, ToneTrack
 
 UNAVAILABLE = rtsp_unavailable_reason()
 pytestmark = pytest.mark.skipif(UNAVAILABLE is not None, reason=f"GStreamer RTSP unavailable: {UNAVAILABLE}")
 PHASE_S = 8.0
 
 
-async def drain(track: MediaStreamTrack) -> None:
-    with contextlib.suppress(MediaStreamError):
-        while True:
-            await track.recv()
-
-
 async def pull_phases(base_url: str, identity: str, phases: list[Callable[[], None]]) -> tuple[list[list[float]], str]:
-    clock = Clock()
-    pc = RTCPeerConnection(RTCConfiguration(iceServers=[]))
-    pc.addTransceiver(FlashTrack(clock), direction="sendrecv")
-    pc.addTransceiver(ToneTrack(clock), direction="sendrecv")
+    pc = flash_and_tone_sender()
     tasks: list[asyncio.Task[None]] = []
     pc.on("track", lambda track: tasks.append(asyncio.ensure_future(drain(track))))
-    await pc.setLocalDescription(await pc.createOffer())
     async with httpx.AsyncClient(base_url=base_url, timeout=30) as http:
-        response = await http.post(
-            f"/v1/sessions?identity={identity}",
-            content=pc.localDescription.sdp,
-            headers={"Content-Type": "application/sdp"},
-        )
-        assert response.status_code == 201, response.text
+        response = await open_session(http, pc, identity)
         url = response.headers["x-rtsp-url"]
-        await pc.setRemoteDescription(RTCSessionDescription(sdp=response.text, type="answer"))
         for _ in range(100):  # the path is published with the session's first swapped frame
             if (await http.get(response.headers["location"])).json()["frames_out"] > 0:
                 break
@@ -71,20 +52,11 @@ async def pull_phases(base_url: str, identity: str, phases: list[Callable[[], No
 def test_the_rtsp_output_carries_the_audio_in_sync_as_the_engine_slows_down(
     tmp_path: Path, pipeline_factory: Callable[[PipelineSettings], FramePipeline], tom_png: bytes
 ) -> None:
-    slowed: list[SlowedPipeline] = []
-
-    def factory(settings: PipelineSettings) -> FramePipeline:
-        pipeline = pipeline_factory(settings)
-        slowed.append(SlowedPipeline(pipeline))
-        return pipeline
-
-    def extra(seconds: float) -> Callable[[], None]:
-        return lambda: setattr(slowed[0], "extra_s", seconds)
-
+    factory = SlowedFactory(pipeline_factory)
     settings = server_settings(tmp_path / "identities", rtsp_enabled=True, rtsp_port=0)
     with start_server(settings, factory) as server:
         identity = upload(server.base_url, tom_png, "tom.png").json()["id"]
-        phases, audio = asyncio.run(pull_phases(server.base_url, identity, [extra(0.0), extra(0.04)]))
+        phases, audio = asyncio.run(pull_phases(server.base_url, identity, [factory.extra(0.0), factory.extra(0.04)]))
     print(f"A/V offsets on the RTSP pull, ms (audio minus video), engine as is then 40 ms slower: {phases}; {audio}")
     medians = []
     for offsets in phases:

@@ -1,21 +1,26 @@
 """Ingest without server-side request forgery: the host policy, credentials never shown, coarse errors, and a
 source that never answers becoming `failed`, freeing its slot and restartable by its owner."""
 
-import re
+import contextlib
 import socket
 import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from urllib.parse import urlsplit
 
+import cv2
 import httpx
+import numpy as np
 import pytest
 
-from app.media.rtsp_out import rtsp_unavailable_reason
+from app.media.rtsp_out import RtspServer, rtsp_unavailable_reason
 from app.pipeline.pipeline import FramePipeline
+from app.pipeline.types import Image
 from app.server.ingest_policy import IngestPolicy, SourceRefused, coarse_error, redact_credentials, refuse_redirects
 from app.settings import PipelineSettings
-from tests.server.harness import PAGE_HEADERS, server_settings, start_server, upload
+from tests.server.harness import PAGE_HEADERS, server_settings, start_server, start_stream, upload
+from tests.server.loopback import LoopbackServer, reply_head
 
 UNAVAILABLE = rtsp_unavailable_reason()
 needs_rtsp = pytest.mark.skipif(UNAVAILABLE is not None, reason=f"GStreamer RTSP unavailable: {UNAVAILABLE}")
@@ -130,42 +135,24 @@ def test_a_source_that_never_answers_fails_frees_its_slot_and_restarts(
         assert again.status_code == 409
 
 
-class _RtspResponder:
+class _RtspResponder(LoopbackServer):
     """A hostile RTSP source on loopback: answers every request with `status` (a redirect to an internal port)."""
 
     def __init__(self, status: bytes) -> None:
         self._status = status
-        self._sock = socket.socket()
-        self._sock.bind(("127.0.0.1", 0))
-        self._sock.listen(8)
-        self._sock.settimeout(0.2)
-        self.port = self._sock.getsockname()[1]
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._serve, daemon=True)
-        self._thread.start()
+        super().__init__()
 
-    def _serve(self) -> None:
-        while not self._stop.is_set():
+    def handle(self, conn: socket.socket) -> None:
+        with conn:
+            conn.settimeout(2)
             try:
-                conn, _ = self._sock.accept()
-            except TimeoutError:
-                continue
-            with conn:
-                conn.settimeout(2)
-                try:
-                    request = conn.recv(4096)
-                except OSError:
-                    continue
-                cseq = re.search(rb"CSeq: *(\d+)", request)
-                conn.sendall(
-                    self._status + b"\r\nCSeq: " + (cseq.group(1) if cseq else b"1") + b"\r\n"
-                    b"Location: rtsp://127.0.0.1:8204/internal/admin\r\nContent-Length: 0\r\n\r\n"
-                )
-
-    def close(self) -> None:
-        self._stop.set()
-        self._thread.join(5)
-        self._sock.close()
+                request = conn.recv(4096)
+            except OSError:
+                return
+            conn.sendall(
+                reply_head(self._status, request)
+                + b"Location: rtsp://127.0.0.1:8204/internal/admin\r\nContent-Length: 0\r\n\r\n"
+            )
 
 
 def test_sources_that_redirect_are_refused() -> None:
@@ -202,3 +189,70 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+class _CountingProxy(LoopbackServer):
+    """A TCP relay in front of a real RTSP server that counts the DESCRIBE requests passing through it."""
+
+    def __init__(self, upstream_port: int) -> None:
+        self.describes = 0
+        self._upstream = upstream_port
+        super().__init__()
+
+    def handle(self, conn: socket.socket) -> None:
+        server = socket.create_connection(("127.0.0.1", self._upstream))
+        threading.Thread(target=self._relay, args=(conn, server, True), daemon=True).start()
+        threading.Thread(target=self._relay, args=(server, conn, False), daemon=True).start()
+
+    def _relay(self, source: socket.socket, sink: socket.socket, requests: bool) -> None:
+        with source:
+            while not self._stop.is_set():
+                try:
+                    data = source.recv(65536)
+                    if not data:
+                        break
+                    if requests:
+                        self.describes += data.count(b"DESCRIBE rtsp://")
+                    sink.sendall(data)
+                except OSError:
+                    break
+        with contextlib.suppress(OSError):
+            sink.shutdown(socket.SHUT_WR)
+
+
+@pytest.mark.slow
+@needs_rtsp
+def test_creating_a_stream_asks_the_source_for_its_description_once_before_ingest_opens_it(
+    identity_dir: Path, pipeline_factory: PipelineFactory, tom_png: bytes, astronaut: Image
+) -> None:
+    """A real RTSP source (gst-rtsp-server) sees one DESCRIBE from the redirect check and one from FFmpeg's open."""
+    frame = np.ascontiguousarray(cv2.resize(astronaut, (320, 240), interpolation=cv2.INTER_AREA))
+    stop = threading.Event()
+    with RtspServer(port=0) as camera:
+        publisher = camera.publish("camera", 320, 240, 15)
+
+        def feed() -> None:
+            while not stop.wait(1 / 15):
+                publisher.push(frame)
+
+        feeder = threading.Thread(target=feed, daemon=True)
+        feeder.start()
+        proxy = _CountingProxy(int(urlsplit(camera.url("camera")).port or 0))
+        settings = server_settings(
+            identity_dir, rtsp_enabled=True, rtsp_port=0, ingest_allowed_networks=["127.0.0.0/8"]
+        )
+        try:
+            with start_server(settings, pipeline_factory) as server:
+                base = server.base_url
+                stream = start_stream(base, tom_png, f"rtsp://127.0.0.1:{proxy.port}/camera")
+                deadline = time.monotonic() + 20
+                while (got := httpx.get(f"{base}/v1/streams/{stream}").json())["stats"].get("frames_in", 0) < 5:
+                    assert time.monotonic() < deadline, got
+                    time.sleep(0.1)
+                assert got["stats"]["reconnects"] == 0, got
+                assert proxy.describes == 2
+        finally:
+            stop.set()
+            feeder.join(5)
+            proxy.close()
+            publisher.close()

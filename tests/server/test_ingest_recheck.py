@@ -3,7 +3,6 @@ that starts redirecting later, or a name that resolves to a forbidden address la
 sending FFmpeg there."""
 
 import ipaddress
-import re
 import socket
 import threading
 import time
@@ -19,45 +18,30 @@ from app.pipeline.pipeline import FramePipeline
 from app.pipeline.types import Image
 from app.server.ingest_policy import HostUnresolved, IngestPolicy, SourceRefused
 from app.settings import PipelineSettings
-from tests.server.harness import server_settings, start_server, upload
+from tests.server.harness import server_settings, start_server, start_stream
+from tests.server.loopback import LoopbackServer, reply_head
 
 UNAVAILABLE = rtsp_unavailable_reason()
 needs_rtsp = pytest.mark.skipif(UNAVAILABLE is not None, reason=f"GStreamer RTSP unavailable: {UNAVAILABLE}")
 PipelineFactory = Callable[[PipelineSettings], FramePipeline]
 # 127.0.0.2 is loopback too, but outside the networks these tests let ingest reach.
 FORBIDDEN_HOST = "127.0.0.2"
+PUBLIC = b"Public: OPTIONS, DESCRIBE, SETUP, PLAY, TEARDOWN"
 
 
-class Listener:
+class Listener(LoopbackServer):
     """A TCP port that counts the connections it gets (the internal service a redirect would aim at)."""
 
     def __init__(self, host: str) -> None:
-        self._sock = socket.socket()
-        self._sock.bind((host, 0))
-        self._sock.listen(8)
-        self._sock.settimeout(0.1)
-        self.port = self._sock.getsockname()[1]
         self.connections = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._serve, daemon=True)
-        self._thread.start()
+        super().__init__(host)
 
-    def _serve(self) -> None:
-        while not self._stop.is_set():
-            try:
-                conn, _ = self._sock.accept()
-            except TimeoutError:
-                continue
-            self.connections += 1
-            conn.close()
-
-    def close(self) -> None:
-        self._stop.set()
-        self._thread.join(5)
-        self._sock.close()
+    def handle(self, conn: socket.socket) -> None:
+        self.connections += 1
+        conn.close()
 
 
-class TurningSource:
+class TurningSource(LoopbackServer):
     """An RTSP source on 127.0.0.1 that answers DESCRIBE with 404 (ingest retries) until `turn()`, and from then
     on with a redirect to `location` (which FFmpeg follows). Other requests get 200."""
 
@@ -65,25 +49,13 @@ class TurningSource:
         self.location = location
         self.describes = 0
         self.redirecting = False
-        self._sock = socket.socket()
-        self._sock.bind(("127.0.0.1", 0))
-        self._sock.listen(8)
-        self._sock.settimeout(0.1)
-        self.port = self._sock.getsockname()[1]
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._serve, daemon=True)
-        self._thread.start()
+        super().__init__()
 
     def turn(self) -> None:
         self.redirecting = True
 
-    def _serve(self) -> None:
-        while not self._stop.is_set():
-            try:
-                conn, _ = self._sock.accept()
-            except TimeoutError:
-                continue
-            threading.Thread(target=self._answer, args=(conn,), daemon=True).start()
+    def handle(self, conn: socket.socket) -> None:
+        threading.Thread(target=self._answer, args=(conn,), daemon=True).start()
 
     def _answer(self, conn: socket.socket) -> None:
         with conn:
@@ -99,22 +71,19 @@ class TurningSource:
                 pending += data
                 while b"\r\n\r\n" in pending:
                     request, pending = pending.split(b"\r\n\r\n", 1)
-                    cseq = re.search(rb"CSeq: *(\d+)", request)
-                    head = b"\r\nCSeq: " + (cseq.group(1) if cseq else b"1") + b"\r\n"
                     if request.startswith(b"DESCRIBE"):
                         self.describes += 1
                         if self.redirecting:
-                            reply = b"RTSP/1.0 302 Moved Temporarily" + head + b"Location: " + self.location.encode()
+                            reply = reply_head(b"RTSP/1.0 302 Moved Temporarily", request) + b"Location: "
+                            reply += self.location.encode()
                         else:
-                            reply = b"RTSP/1.0 404 Not Found" + head.rstrip(b"\r\n")
+                            reply = reply_head(b"RTSP/1.0 404 Not Found", request).rstrip(b"\r\n")
                     else:
-                        reply = b"RTSP/1.0 200 OK" + head + b"Public: OPTIONS, DESCRIBE, SETUP, PLAY, TEARDOWN"
+                        reply = (
+                            reply_head(b"RTSP/1.0 200 OK", request)
+                            + b"Public: OPTIONS, DESCRIBE, SETUP, PLAY, TEARDOWN"
+                        )
                     conn.sendall(reply + b"\r\nContent-Length: 0\r\n\r\n")
-
-    def close(self) -> None:
-        self._stop.set()
-        self._thread.join(5)
-        self._sock.close()
 
 
 @needs_rtsp
@@ -129,11 +98,7 @@ def test_a_source_that_starts_redirecting_fails_the_stream_on_reconnect(
             if not server.state.rtsp.available:
                 pytest.skip("RTSP output unavailable")
             base = server.base_url
-            identity = upload(base, tom_png).json()["id"]
-            body = {"source_url": f"rtsp://127.0.0.1:{source.port}/cam", "identity": identity}
-            created = httpx.post(f"{base}/v1/streams", json=body, timeout=30)
-            assert created.status_code == 201, created.text
-            stream = created.json()["id"]
+            stream = start_stream(base, tom_png, f"rtsp://127.0.0.1:{source.port}/cam")
             deadline = time.monotonic() + 10
             while httpx.get(f"{base}/v1/streams/{stream}").json()["stats"].get("reconnects", 0) < 1:
                 assert time.monotonic() < deadline, "the stream never tried to reconnect"

@@ -3,7 +3,6 @@ aiortc client sends a flash every second and a tone burst at the same instants; 
 session's output with audio and see the bursts next to the flashes."""
 
 import asyncio
-import contextlib
 from collections.abc import Callable
 from pathlib import Path
 
@@ -11,41 +10,33 @@ import httpx
 import numpy as np
 import pytest
 from aiortc import RTCConfiguration, RTCPeerConnection, RTCSessionDescription
-from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
+from aiortc.mediastreams import MediaStreamTrack
 
 from app.pipeline.pipeline import FramePipeline
 from app.settings import PipelineSettings
+from tests.server.av_clients import (
+    Returned,
+    drain,
+    flash_and_tone_sender,
+    offsets_ms,
+    open_session,
+    watch_audio,
+    watch_video,
+)
 from tests.server.harness import server_settings, start_server, upload
-from tests.server.test_av_sync import Clock, FlashTrack, Returned, ToneTrack, offsets_ms, watch_audio, watch_video
 
 SECONDS = 6.0
 
 
-async def drain(track: MediaStreamTrack) -> None:
-    with contextlib.suppress(MediaStreamError):
-        while True:
-            await track.recv()
-
-
 async def view(base_url: str, identity: str, viewers: int) -> tuple[list[Returned], dict[str, object]]:
-    clock = Clock()
-    sender = RTCPeerConnection(RTCConfiguration(iceServers=[]))
-    sender.addTransceiver(FlashTrack(clock), direction="sendrecv")
-    sender.addTransceiver(ToneTrack(clock), direction="sendrecv")
+    sender = flash_and_tone_sender()
     tasks: list[asyncio.Task[None]] = []
     sender.on("track", lambda track: tasks.append(asyncio.ensure_future(drain(track))))
-    await sender.setLocalDescription(await sender.createOffer())
     seen = [Returned() for _ in range(viewers)]
     pcs = []
     async with httpx.AsyncClient(base_url=base_url, timeout=30) as http:
-        response = await http.post(
-            f"/v1/sessions?identity={identity}",
-            content=sender.localDescription.sdp,
-            headers={"Content-Type": "application/sdp"},
-        )
-        assert response.status_code == 201, response.text
+        response = await open_session(http, sender, identity)
         location = response.headers["location"]
-        await sender.setRemoteDescription(RTCSessionDescription(sdp=response.text, type="answer"))
         for out in seen:
             pc = RTCPeerConnection(RTCConfiguration(iceServers=[]))
             pc.addTransceiver("video", direction="recvonly")

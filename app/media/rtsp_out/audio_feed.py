@@ -17,8 +17,6 @@ stream of the media to produce data, is answered at once.
 
 from __future__ import annotations
 
-import logging
-import threading
 import time
 from collections import deque
 from collections.abc import Callable
@@ -26,9 +24,8 @@ from typing import Any
 
 import av
 
+from app.media.rtsp_out.appsrc_feeder import AppsrcFeeder
 from app.media.rtsp_out.bindings import Bindings
-
-log = logging.getLogger(__name__)
 
 RATE = 48000
 CHANNELS = 2
@@ -75,35 +72,31 @@ class PcmConverter:
         return b"".join(bytes(f.to_ndarray().tobytes()) for f in out)
 
 
-class AudioFeed:
+class AudioFeed(AppsrcFeeder[tuple[Any, list[tuple[float, bytes]], bool]]):
     """The audio of one path: `offer` PCM chunks from any thread; a thread hands them to the media's appsrc.
 
     Counters (plain ints): ``chunks_in`` (offered), ``chunks_sent`` (handed to the encoder), ``silence_sent``
     (chunks of silence in the gaps), ``dropped`` (offered while no client plays, or too late), ``errors``.
     """
 
+    what = "audio"
+
     def __init__(self, gst: Bindings, path: str, lead_s: Callable[[], float] = lambda: 0.0) -> None:
         """`lead_s`: how much earlier than their arrival chunks are stamped (to match how clients read the
         video's timestamps; see `RtspPublisher`)."""
-        self.path = path
+        super().__init__(gst, path, f"rtsp-audio{path}")
         self._lead_s = lead_s
         self.chunks_in = 0
         self.chunks_sent = 0
         self.silence_sent = 0
         self.dropped = 0
-        self.errors = 0
-        self._gst = gst
-        self._cond = threading.Condition()
         self._chunks: deque[tuple[float, bytes]] = deque()  # (monotonic time offered, PCM)
-        self._appsrc: Any = None
         self._prime = False
         self._watchers = 0
         self._next_pts: int | None = None  # where the last chunk sent ended, in running time (ns)
         self._last_audio: float | None = None  # monotonic time of the last chunk offered
-        self._closed = False
         self._convert = PcmConverter()
-        self._thread = threading.Thread(target=self._feed, name=f"rtsp-audio{path}", daemon=True)
-        self._thread.start()
+        self._start_feeding()
 
     def offer(self, frame: av.AudioFrame, offered: float | None = None) -> None:
         """An audio frame due to play now (or at `offered`, a `time.monotonic()` instant)."""
@@ -152,10 +145,6 @@ class AudioFeed:
             self._chunks.clear()
             self._cond.notify_all()
 
-    def join(self, timeout: float) -> None:
-        if self._thread is not threading.current_thread():
-            self._thread.join(timeout=timeout)
-
     # Feeder thread.
     def _next(self) -> tuple[Any, list[tuple[float, bytes]], bool] | None:
         """Wait for something to send: (appsrc, chunks, fill with silence); None once closed."""
@@ -184,26 +173,20 @@ class AudioFeed:
                 return appsrc, [], True
             return None
 
-    def _feed(self) -> None:
-        while (item := self._next()) is not None:
-            appsrc, chunks, silence = item
-            try:
-                if not self._wait_playing(appsrc):
-                    continue
-                clock, base = appsrc.get_clock(), appsrc.get_base_time()
-                if clock is None:
-                    continue
-                running = clock.get_time() - base - int(self._lead_s() * NS)
-                now = time.monotonic()
-                if silence:
-                    self._fill_silence(appsrc, running)
-                for offered, pcm in chunks:
-                    if self._push(appsrc, pcm, running - int((now - offered) * NS)):
-                        self.chunks_sent += 1
-            except Exception:
-                self.errors += 1
-                if self.errors == 1:
-                    log.exception("RTSP %s: cannot hand audio to the encoder (counted from now on)", self.path)
+    def _send(self, item: tuple[Any, list[tuple[float, bytes]], bool]) -> None:
+        appsrc, chunks, silence = item
+        if not self._wait_playing(appsrc):
+            return
+        clock, base = appsrc.get_clock(), appsrc.get_base_time()
+        if clock is None:
+            return
+        running = clock.get_time() - base - int(self._lead_s() * NS)
+        now = time.monotonic()
+        if silence:
+            self._fill_silence(appsrc, running)
+        for offered, pcm in chunks:
+            if self._push(appsrc, pcm, running - int((now - offered) * NS)):
+                self.chunks_sent += 1
 
     def _fill_silence(self, appsrc: Any, running: int) -> None:
         """Silence up to about now (one chunk to start a stream), kept just behind so real audio fits after."""
@@ -237,14 +220,4 @@ class AudioFeed:
         buffer.duration = duration
         appsrc.emit("push-buffer", buffer)
         self._next_pts = buffer.pts + duration
-        return True
-
-    def _wait_playing(self, appsrc: Any) -> bool:
-        playing = self._gst.Gst.State.PLAYING
-        deadline = time.monotonic() + 2.0
-        while appsrc.get_state(0)[1] != playing:
-            with self._cond:
-                if self._closed or self._appsrc is not appsrc or time.monotonic() > deadline:
-                    return False
-                self._cond.wait(0.005)
         return True

@@ -21,8 +21,6 @@ the producer pauses or a new client probes the stream.
 
 from __future__ import annotations
 
-import logging
-import threading
 import time
 from typing import Any
 
@@ -31,17 +29,13 @@ import numpy as np
 import numpy.typing as npt
 
 from app.media.mailbox import Mailbox
+from app.media.rtsp_out.appsrc_feeder import AppsrcFeeder
 from app.media.rtsp_out.bindings import Bindings
 from app.media.rtsp_out.pacing import Pacing
 from app.pipeline.types import Image
 
-log = logging.getLogger(__name__)
-
 # Frames the appsrc may hold while the encoder is busy; older ones are dropped beyond that.
 APPSRC_MAX_BUFFERS = 2
-
-# How long a frame waits for a new media's pipeline to start playing before it is dropped.
-START_TIMEOUT_S = 2.0
 
 # An H.264 access unit delimiter NAL (primary_pic_type 7: any slice type), with its start code.
 AUD = b"\x00\x00\x00\x01\x09\xf0"
@@ -92,7 +86,7 @@ class AudAppender:
         return Gst.PadProbeReturn.HANDLED
 
 
-class EncoderFeed:
+class EncoderFeed(AppsrcFeeder[tuple[Image | None, bool, Any]]):
     """The feeder thread of one path and what it reads: the newest frame, the current media's appsrc and
     encoder, how many clients play, and the keyframes due.
 
@@ -103,27 +97,24 @@ class EncoderFeed:
     pushed out of the appsrc's short queue while the encoder was busy (``encoder_busy``).
     """
 
+    what = "frames"
+
     def __init__(self, gst: Bindings, path: str, width: int, height: int, fps: int) -> None:
-        self.path = path
+        super().__init__(gst, path, f"rtsp-feed{path}")
         self.width = width
         self.height = height
         self.fps = fps
         self.frames_pushed = 0
         self.frames_sent = 0
         self.frames_repeated = 0
-        self.errors = 0
-        self._gst = gst
-        self._cond = threading.Condition()
         self._frames: Mailbox[Image] = Mailbox(cond=self._cond)
         self._last: Image | None = None  # the newest frame pushed, streaming or not
+        self._previous: bytes | None = None  # the last frame sent, as I420 (feeder thread only)
         self._prime = False  # a new media waits for its first frame
-        self._appsrc: Any = None
         self._encoder: Any = None
         self._watchers = 0  # clients playing the path
         self._pacing = Pacing(fps)  # read and written with `_cond` held
-        self._closed = False
-        self._thread = threading.Thread(target=self._feed, name=f"rtsp-feed{path}", daemon=True)
-        self._thread.start()
+        self._start_feeding()
 
     @property
     def dropped(self) -> int:
@@ -203,12 +194,8 @@ class EncoderFeed:
             self._cond.notify_all()
             return True
 
-    def join(self, timeout: float) -> None:
-        if self._thread is not threading.current_thread():
-            self._thread.join(timeout=timeout)
-
     # Feeder thread.
-    def _next_frame(self) -> tuple[Image | None, bool, Any] | None:
+    def _next(self) -> tuple[Image | None, bool, Any] | None:
         """Wait for what to send next, or None once closed: (image, fresh, appsrc).
 
         `image` is None to send the previous frame again (when `pacing` says so); `fresh` is True
@@ -233,48 +220,26 @@ class EncoderFeed:
                     return None, False, appsrc
             return None
 
-    def _wait_playing(self, appsrc: Any) -> bool:
-        """Wait (briefly) until the media's pipeline plays; False if it does not, or is replaced.
-
-        A buffer pushed while the pipeline is still starting can reach the encoder without a
-        timestamp, and the stream then stalls: the RTP sink waits for a running time 1000 hours
-        ahead (x264enc's offset for negative DTS)."""
-        playing = self._gst.Gst.State.PLAYING
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while appsrc.get_state(0)[1] != playing:
-            with self._cond:
-                if self._closed or self._appsrc is not appsrc or time.monotonic() > deadline:
-                    return False
-                self._cond.wait(0.005)
-        return True
-
-    def _feed(self) -> None:
-        previous: bytes | None = None  # the last frame sent, as I420
-        while (item := self._next_frame()) is not None:
-            image, fresh, appsrc = item
-            try:
-                if image is not None:
-                    previous = self._to_i420(image).tobytes()
-                if previous is None or not self._wait_playing(appsrc):
-                    continue
-                now = time.monotonic()
-                with self._cond:
-                    keyframe = self._pacing.keyframe_due(now)
-                if keyframe:
-                    self.request_keyframe()
-                if appsrc.get_property("current-level-buffers") >= APPSRC_MAX_BUFFERS:
-                    self._frames.count_drop("encoder_busy")  # the appsrc drops its oldest to make room
-                appsrc.emit("push-buffer", self._gst.Gst.Buffer.new_wrapped(previous))
-                with self._cond:
-                    self._pacing.sent(now, fresh=fresh, keyframe=keyframe)
-                if fresh:
-                    self.frames_sent += 1
-                else:
-                    self.frames_repeated += 1
-            except Exception:
-                self.errors += 1
-                if self.errors == 1:
-                    log.exception("RTSP %s: cannot hand frames to the encoder (counted from now on)", self.path)
+    def _send(self, item: tuple[Image | None, bool, Any]) -> None:
+        image, fresh, appsrc = item
+        if image is not None:
+            self._previous = self._to_i420(image).tobytes()
+        if self._previous is None or not self._wait_playing(appsrc):
+            return
+        now = time.monotonic()
+        with self._cond:
+            keyframe = self._pacing.keyframe_due(now)
+        if keyframe:
+            self.request_keyframe()
+        if appsrc.get_property("current-level-buffers") >= APPSRC_MAX_BUFFERS:
+            self._frames.count_drop("encoder_busy")  # the appsrc drops its oldest to make room
+        appsrc.emit("push-buffer", self._gst.Gst.Buffer.new_wrapped(self._previous))
+        with self._cond:
+            self._pacing.sent(now, fresh=fresh, keyframe=keyframe)
+        if fresh:
+            self.frames_sent += 1
+        else:
+            self.frames_repeated += 1
 
     def _black(self) -> Image:
         return np.zeros((self.height, self.width, 3), np.uint8)

@@ -3,8 +3,9 @@ identity upload to tell a source photo with closed eyes.
 
 The 468-point face mesh places the lids loosely (shut eyes measure as open as open ones), so each eye is looked
 at again by the iris model, which traces the lid margins on a close-up of the eye. Each eye's ROI is framed as
-MediaPipe frames it: a square 2.3 times the corner-to-corner distance, centred between the corners, rotated
-upright, the image-right eye mirrored (the model knows one eye). Both eyes run as one batch.
+MediaPipe frames it: a square 2.3 times the larger of the corners' horizontal and vertical offsets, centred
+between the corners, rotated upright, the image-right eye mirrored (the model knows one eye). Both eyes run as
+one batch.
 """
 
 import cv2

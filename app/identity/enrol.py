@@ -8,6 +8,7 @@ import cv2
 import numpy as np
 
 from app.errors import UserError
+from app.identity.eye_state import EyeOpenness
 from app.identity.images import ImageInfo, ImageRejected, decode_image, encode_stored
 from app.identity.photo_check import source_warnings
 from app.identity.photo_choice import SourcePhoto, prepare_from_photos
@@ -61,10 +62,13 @@ def thumbnail(image: Image, face: Face) -> bytes:
     return encoded.tobytes()
 
 
-def enrol(pipeline: FramePipeline, data: bytes, max_pixels: int, face_index: int | None) -> Enrolment:
+def enrol(
+    pipeline: FramePipeline, data: bytes, max_pixels: int, face_index: int | None, eyes: EyeOpenness | None = None
+) -> Enrolment:
     """Blocking (run it in an executor): decode, find faces, pick one, prepare it for the engine. A photo that
-    cannot be enrolled is an ImageRejected with the HTTP status and reason."""
-    return enrol_photos(pipeline, [Upload(data)], max_pixels, face_index)
+    cannot be enrolled is an ImageRejected with the HTTP status and reason. `eyes`: judge the eyes too
+    (app.identity.photo_check)."""
+    return enrol_photos(pipeline, [Upload(data)], max_pixels, face_index, eyes)
 
 
 def _named(number: int, upload: Upload, count: int) -> str:
@@ -75,7 +79,11 @@ def _named(number: int, upload: Upload, count: int) -> str:
 
 
 def enrol_photos(
-    pipeline: FramePipeline, uploads: Sequence[Upload], max_pixels: int, face_index: int | None
+    pipeline: FramePipeline,
+    uploads: Sequence[Upload],
+    max_pixels: int,
+    face_index: int | None,
+    eyes: EyeOpenness | None = None,
 ) -> Enrolment:
     """Like `enrol` for 1-10 photos of one person (each must show one face, or the face `face_index` picks):
     the engine gets their mean embedding or the most frontal, best-exposed one (app.identity.photo_choice). A
@@ -108,7 +116,7 @@ def enrol_photos(
         prepared,
         thumbnail(shown.image, shown.face),
         encode_stored(photos[0].image),
-        source_warnings(prepared),
+        source_warnings(prepared, eyes),
         extra_stored=[encode_stored(p.image) for p in photos[1:]],
         photo_used=used,
     )

@@ -13,6 +13,7 @@ from prometheus_client import CollectorRegistry
 from app.identity.cache import IdentityCache
 from app.identity.embedder import REFERENCE, build_embedder, reference_preparer
 from app.identity.enrol import re_preparer
+from app.identity.eye_state import EyeOpenness, load_eye_openness
 from app.identity.images import decode_slots
 from app.identity.quota import IdentityQuota, UsageOf
 from app.identity.store import IdentityNotFound, IdentityStore, IdentityUnreadable, is_identity_id
@@ -123,6 +124,9 @@ class ServerState:
         # Who a face is, for identity maps: loaded on the first map (app.identity.embedder).
         self._embedder: FaceEmbedder | None = None
         self._embedder_lock = asyncio.Lock()
+        # Judges the eyes of uploaded photos (app.identity.photo_check): with the mesh engine, whose prepared
+        # sources carry the landmarks it needs; None otherwise, or when its model cannot be had.
+        self.eyes: EyeOpenness | None = None
         self.prepared_spec: PreparedSpec | None = None
         # Stored identities found damaged (id -> reason): left out of lists, refused with 409, deletable.
         self.damaged: dict[str, str] = {}
@@ -159,6 +163,8 @@ class ServerState:
             self.prepared_spec = await loop.run_in_executor(
                 self.control_executor, PreparedSpec.of_engine, pipeline.engine
             )
+            if pipeline.engine.name == "mesh":
+                self.eyes = await loop.run_in_executor(self.control_executor, self._load_eyes)
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # the server stays alive and says why it is not ready
@@ -207,6 +213,14 @@ class ServerState:
         log.info("ready: engine %s (%s)", pipeline.engine.name, pipeline.engine.model_key)
         self._announce()
 
+    def _load_eyes(self) -> EyeOpenness | None:
+        """The closed-eye check is advice, not a duty: without its model, uploads go on without it."""
+        try:
+            return load_eye_openness(open_model_store(self.settings.models), self.settings.pipeline.threads)
+        except Exception as exc:  # any failure to get or load the model: the server serves all the same
+            log.warning("uploads get no closed-eye warning: the eye model did not load (%s)", exc)
+            return None
+
     def _announce(self) -> None:
         if self._on_change is not None:
             try:
@@ -235,6 +249,8 @@ class ServerState:
         await loop.run_in_executor(self.control_executor, self.rtsp.stop)
         if self._embedder is not None:
             self._embedder.close()
+        if self.eyes is not None:
+            self.eyes.close()
         if self.pipeline is not None:  # a pipeline with batchers stops their threads
             try:
                 await loop.run_in_executor(self.control_executor, self.pipeline.close)

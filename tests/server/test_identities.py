@@ -308,3 +308,22 @@ def test_an_identity_stored_before_consent_existed_lists_without_one_and_stays_u
     source = server.call(lambda: state.load_source(legacy.id))
     assert source.model_key == "classic:256"
     assert httpx.delete(f"{server.base_url}/v1/identities/{legacy.id}").status_code == 204
+
+
+def test_an_upload_with_closed_eyes_is_answered_with_the_reason(
+    identity_dir: Path, pipeline_factory: Callable[[PipelineSettings], FramePipeline], t1_jpeg: bytes
+) -> None:
+    """The mesh engine's server judges the eyes of each upload: t1.jpg's right-most face has them shut, its
+    left-most has them open; both are stored all the same."""
+    mesh = server_settings(identity_dir, pipeline=PipelineSettings(engine="mesh", threads=1))
+    with start_server(mesh, pipeline_factory) as running:
+        state = running.state
+        assert state.pipeline is not None and state.eyes is not None
+        faces = state.pipeline.detector.process([decode_image(t1_jpeg, 10**8)[0]])[0]
+        by_x = sorted(range(len(faces)), key=lambda i: float(faces[i].box[0]))
+        shut = upload(running.base_url, t1_jpeg, "group.jpg", face_index=str(by_x[-1]))
+        assert shut.status_code == 201, shut.text
+        assert [w for w in shut.json()["warnings"] if w.startswith("the eyes are closed in this photo")]
+        open_eyes = upload(running.base_url, t1_jpeg, "group.jpg", face_index=str(by_x[0]))
+        assert open_eyes.status_code == 201, open_eyes.text
+        assert open_eyes.json()["warnings"] == []

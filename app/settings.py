@@ -40,6 +40,10 @@ class PipelineSettings(BaseSettings):
     enhancer_model: str | None = None  # e.g. realesr_animevideov3_x2; None = no enhancement
     enhance_blend: float = Field(1.0, ge=0.0, le=1.0)
     detect_size: int = Field(640, ge=128, le=2048)
+    # The detector's input (longer side) for live video, sessions and ingest streams: a camera's face is large,
+    # and 320 found every face of the server benchmark's clip at under half the time of 640 (README,
+    # Benchmarks). Files and identity photos keep `detect_size`.
+    live_detect_size: int = Field(320, ge=128, le=2048)
     detect_threshold: float = Field(0.75, gt=0.0, lt=1.0)
     detect_interval: int = Field(1, ge=1, le=60)
     # Live sessions detect in the background, off the frame's path, every K-th frame (and whenever a face is

@@ -240,10 +240,14 @@ def run_face_lost_bench(
                 outputs = [pipeline.process([frame], source, tracker)[0].image for frame in clip.frames]
                 counts = count_revealed(clip, outputs)
                 rows.append({"policy": policy, "detect_interval": interval, **counts})
-        # Live sessions: detection in the background, frames paced at 30 fps as a camera sends them.
+        # Live sessions: detection in the background at the live detector's size, frames paced at 30 fps as
+        # a camera sends them.
+        live_detector = RetinaFaceDetector(
+            detector.model, replace(detector.config, canvas="fixed", size=settings.live_detect_size)
+        )
         for policy in policies:
             if policy != "pass":
-                counts = run_paced(detector, clip, policy, hold_frames=settings.hold_frames)
+                counts = run_paced(live_detector, clip, policy, hold_frames=settings.hold_frames)
                 rows.append({"policy": policy, "detect_interval": "live_background", **counts})
         return {"clip": {"size": list(size), "frames": len(clip.frames), "segments": clip.segments}, "rows": rows}
     finally:

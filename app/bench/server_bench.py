@@ -21,6 +21,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -70,6 +71,8 @@ class Cell:
     server_dropped: int | None = None
     server_latency_p50_ms: list[float] = field(default_factory=list)
     server_hops_ms: list[dict[str, dict[str, float]]] = field(default_factory=list)
+    detections: Counter[str] = field(default_factory=Counter)
+    server_cpu_ms_per_frame: float | None = None
     failed: str | None = None
 
     def summary(self) -> dict[str, Any]:
@@ -94,6 +97,11 @@ class Cell:
             ),
             # Where the server's time went, hop by hop (app.media.hops), averaged over the sessions.
             "server_hops_ms": _mean_hops(self.server_hops_ms),
+            # The server process's CPU time (all its threads) per frame returned in the window: what each frame
+            # costs, much less sensitive to other load on the machine than its latency.
+            "server_cpu_ms_per_frame": self.server_cpu_ms_per_frame,
+            # Frames that waited for a detection by reason, and background detections, summed over sessions.
+            "detections": dict(self.detections) or None,
             "failed": self.failed,
         }
 
@@ -204,6 +212,15 @@ class ServerProcess:
             time.sleep(0.2)
         self.identity: str | None = None
 
+    def cpu_seconds(self) -> float | None:
+        """User and system CPU time the server process has used so far (Linux; None elsewhere)."""
+        try:
+            fields = Path(f"/proc/{self.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            return None
+        # Fields 14 and 15 of proc(5) (utime, stime), counted after the ")" that ends the command name.
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
     def offer_path(self) -> str:
         return "/offer" if self.kind == ECHO else f"/v1/sessions?identity={self.identity}"
 
@@ -230,7 +247,10 @@ async def _run_cell(server: ServerProcess, frames: list[Image], cell: Cell, conf
                 return
             start = time.monotonic() + config.warmup
             end = start + config.seconds
+            await asyncio.sleep(start - time.monotonic())
+            cpu_before = server.cpu_seconds()
             await asyncio.sleep(end - time.monotonic())
+            cpu_after = server.cpu_seconds()
             # Frames come back in order: once a client got one sent after the window, none of the window's
             # frames is still on its way (those never coming were dropped).
             await asyncio.gather(*(c.wait_sent_after(end, LATE_FRAMES_S) for c in clients))
@@ -242,6 +262,8 @@ async def _run_cell(server: ServerProcess, frames: list[Image], cell: Cell, conf
                 cell.sent += sum(1 for t in result.sent_at.values() if start <= t < end)
                 cell.returned += len(in_window)
                 cell.unreadable += result.unreadable
+            if cpu_before is not None and cpu_after is not None and cell.returned:
+                cell.server_cpu_ms_per_frame = round((cpu_after - cpu_before) * 1000.0 / cell.returned, 1)
             if server.kind != ECHO:
                 dropped = 0
                 for client in clients:
@@ -251,6 +273,7 @@ async def _run_cell(server: ServerProcess, frames: list[Image], cell: Cell, conf
                         cell.server_latency_p50_ms.append(float(stats["latency_ms"]["p50"]))
                     if stats.get("hops_ms"):
                         cell.server_hops_ms.append(stats["hops_ms"])
+                    cell.detections.update(stats.get("detections") or {})
                 cell.server_dropped = dropped
         except (httpx.HTTPError, OSError, ValueError) as exc:
             cell.failed = f"{type(exc).__name__}: {exc}"

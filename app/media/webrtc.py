@@ -38,6 +38,7 @@ from aiortc import (
 )
 from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
 
+from app.media import yuv
 from app.media.audio_sync import DelayedAudioTrack
 from app.media.encoder import configure_encoders
 from app.media.hops import HopRecorder, install_timed_encoders
@@ -485,7 +486,7 @@ class Session:
             with timer.stage("mark"):
                 result = self.marker.apply(result)
         with timer.stage("convert_out"):
-            out = av.VideoFrame.from_ndarray(result, format="bgr24")
+            out = yuv.to_frame(result)
             out.pts = frame.pts
             out.time_base = frame.time_base
         return out, result
@@ -582,6 +583,8 @@ class Session:
             "fps_out": round(c.rate_out.rate(now), 1),
             "latency_ms": latency,
             "hops_ms": self.hops.summary(),
+            # Frames that waited for a detection, by reason, and detections run in the background.
+            "detections": dict(self._live.detections),
             "drops": dict(c.drops),
             "dropped": sum(c.drops.values()),
             "rtsp_url": self.rtsp_url,

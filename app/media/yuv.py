@@ -87,7 +87,7 @@ def write_bgr(frame: av.VideoFrame, area: Region, image: Image) -> None:
     """Write a BGR region (the size of `area`) back into the frame's planes."""
     if image.shape[:2] != (area.height, area.width):
         raise ValueError(f"region is {area.width}x{area.height}, image is {image.shape[1]}x{image.shape[0]}")
-    i420 = cv2.cvtColor(np.ascontiguousarray(image), cv2.COLOR_BGR2YUV_I420).reshape(-1)
+    i420 = np.asarray(cv2.cvtColor(np.ascontiguousarray(image), cv2.COLOR_BGR2YUV_I420), np.uint8).reshape(-1)
     y, u, v = planes(frame)
     luma = area.width * area.height
     chroma = luma // 4
@@ -104,3 +104,14 @@ def detector_input(frame: av.VideoFrame, max_side: int) -> tuple[Image, float]:
     width, height = max(2, round(frame.width * scale)), max(2, round(frame.height * scale))
     image = frame.reformat(width=width, height=height, format="bgr24").to_ndarray()
     return np.asarray(image, np.uint8), scale
+
+
+def to_frame(image: Image) -> av.VideoFrame:
+    """A BGR image as the yuv420p frame encoders take, converted by OpenCV: libswscale's BGR to YUV path, which
+    the encoder would otherwise run on a bgr24 frame, took twice as long (1.5 vs 0.7 ms at 480p, 4.3 vs 2.0 ms
+    at 720p, one core). Odd sizes, which 4:2:0 cannot hold whole, stay bgr24 for the encoder to convert."""
+    height, width = image.shape[:2]
+    if width % 2 or height % 2:
+        return av.VideoFrame.from_ndarray(np.ascontiguousarray(image), format="bgr24")
+    i420 = np.asarray(cv2.cvtColor(np.ascontiguousarray(image), cv2.COLOR_BGR2YUV_I420), np.uint8)
+    return av.VideoFrame.from_ndarray(i420, format="yuv420p")

@@ -98,9 +98,12 @@ def build_pipeline(
     *,
     batching: BatchingSettings | None = None,
     registry: CollectorRegistry | None = None,
+    live: bool = False,
 ) -> FramePipeline:
     """The pipeline for `settings`. With `batching`, every model stage goes through one shared dynamic
-    batcher per stage (live serving); without, models are called directly (files, benchmarks)."""
+    batcher per stage (live serving); without, models are called directly (files, benchmarks). Frames of a
+    `live` pipeline (the server's, batched or not) are detected at `live_detect_size`; still photos, and
+    the frames of files, at `detect_size`."""
     detect_config = DetectorConfig(
         size=settings.detect_size,
         score_threshold=settings.detect_threshold,
@@ -135,14 +138,20 @@ def build_pipeline(
         paste=PasteConfig(mask=mask, color_strength=0.0 if engine.name == "mesh" else settings.color_strength),
     )
     if batching is None:
-        return FramePipeline(detector, engine, crops, config)
+        if not live:
+            return FramePipeline(detector, engine, crops, config)
+        frames = RetinaFaceDetector(detector.model, replace(detect_config, size=settings.live_detect_size))
+        return FramePipeline(detector, engine, config=config, stages=Stages(frames, engine, tuple(crops)))
 
     def batched(stage: Stage[In, Out], max_batch: int, name: str | None = None) -> BatchedStage[In, Out]:
         return BatchedStage(stage, BatchSettings.from_settings(batching, max_batch), registry, name=name)
 
     # Shared detection letterboxes every frame onto one canvas, so frames of any size share a batch and a
-    # frame's result does not depend on its batch-mates; stills (identity uploads) keep the tight canvas.
-    live_detector = RetinaFaceDetector(detector.model, replace(detect_config, canvas="fixed"))
+    # frame's result does not depend on its batch-mates; stills (identity uploads) keep the tight canvas
+    # and their own size.
+    live_detector = RetinaFaceDetector(
+        detector.model, replace(detect_config, canvas="fixed", size=settings.live_detect_size)
+    )
     stages = Stages(
         detect=batched(live_detector, batching.detect_max_batch),
         swap=batched(engine, batching.swap_max_batch, "swap"),

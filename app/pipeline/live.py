@@ -21,6 +21,7 @@ corrects it.
 
 import logging
 import time
+from collections import Counter
 from concurrent.futures import Executor, Future
 
 from app.pipeline.stage import DEFAULT_SESSION, Stage
@@ -31,6 +32,8 @@ from app.pipeline.types import Face, Image
 log = logging.getLogger(__name__)
 
 BACKGROUND_DETECT = "detect_background"  # its time, reported when it arrives; not part of any frame's path
+# Why a frame waited for a detection (no face tracked yet; a face missed, fast or changed), and background runs.
+DETECTION_REASONS = ("new", "missed", "fast", "looks", "background")
 
 
 class LiveTracking:
@@ -43,6 +46,19 @@ class LiveTracking:
         self._pending: Future[tuple[list[Face], float]] | None = None
         self._pending_since = 0  # frames located since the pending detection's frame
         self._failures = 0
+        # Why frames waited for a detection (new, missed, fast, looks), and background runs started: where
+        # detection time goes, in the session's stats.
+        # Every key exists from the start, so a reader on another thread never sees the dict change size.
+        self.detections: Counter[str] = Counter(dict.fromkeys(DETECTION_REASONS, 0))
+
+    def _inline_reason(self, frame: Image, scheduled: bool) -> str | None:
+        """Why `frame` must wait for a detection, or None when the tracker vouches for it."""
+        if scheduled and not self.tracker.tracking:
+            return "new"
+        doubt = self.tracker.doubt()
+        if doubt is not None:
+            return doubt
+        return "looks" if self.tracker.looks_changed(frame) else None
 
     def locate(self, frame: Image, timer: StageTimer, session: str = DEFAULT_SESSION) -> list[Face]:
         """The faces of `frame`. The frame waits for a detection only when the tracker cannot vouch for it:
@@ -50,7 +66,9 @@ class LiveTracking:
         region changed since the previous frame (it jumped or turned: a stale position would show it),
         or a face is missed or moves fast. Otherwise detections due by schedule run in the background."""
         scheduled = self.tracker.due_at(0)
-        if (scheduled and not self.tracker.tracking) or self.tracker.unsure() or self.tracker.looks_changed(frame):
+        reason = self._inline_reason(frame, scheduled)
+        if reason is not None:
+            self.detections[reason] += 1
             self._forget_pending()  # older than what is about to be found
             with timer.stage("detect"):
                 (found,) = self._detect.process([frame], session=session)
@@ -61,6 +79,7 @@ class LiveTracking:
         if scheduled and self._pending is None:
             self._pending = self._executor.submit(self._run, frame, session)
             self._pending_since = 0
+            self.detections["background"] += 1
         return faces
 
     def _track(self, frame: Image, detections: list[Face] | None, timer: StageTimer, age: int = 0) -> list[Face]:

@@ -112,7 +112,8 @@ class FramePipeline:
     def new_live_stream(self) -> LiveTracking:
         """Per-stream state for live video: tracking, with detection in the background (app.pipeline.live)."""
         if self._detect_executor is None:
-            self._detect_executor = ThreadPoolExecutor(max_workers=LIVE_DETECT_WORKERS, thread_name_prefix="detect")
+            # Named like the server's other pools: its threads stay once started (not per session).
+            self._detect_executor = ThreadPoolExecutor(LIVE_DETECT_WORKERS, thread_name_prefix="swapcast-detect")
         tracker = FaceTracker(
             replace(self.config.tracker, detect_interval=self.config.live_detect_interval)
             if self.config.live_detect_background

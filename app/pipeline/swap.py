@@ -11,7 +11,7 @@ from onnx import numpy_helper
 
 from app.errors import ModelError
 from app.pipeline.align import AlignSpec, estimate_matrix, warp_crop
-from app.pipeline.color import lab_stats, transfer_color
+from app.pipeline.color import thumbnail_stats, transfer_color
 from app.pipeline.recognize import ArcFaceRecognizer
 from app.pipeline.stage import DEFAULT_SESSION
 from app.pipeline.types import Face, Image
@@ -134,7 +134,7 @@ class ClassicEngine:
         out = []
         for item in batch:
             texture = item.source.data
-            moved = transfer_color(texture, lab_stats(texture), lab_stats(item.crop))
+            moved = transfer_color(texture, thumbnail_stats(texture), thumbnail_stats(item.crop))
             out.append(np.rint(moved).astype(np.uint8))
         return out
 

@@ -12,6 +12,7 @@ found again or `cover_frames` pass. `pass` drops a missed face at once (it shows
 """
 
 from dataclasses import dataclass, field
+from typing import Literal
 
 import cv2
 import numpy as np
@@ -20,7 +21,13 @@ from app.names import FaceLostPolicy
 from app.pipeline.paste import PasteItem
 from app.pipeline.types import Face, FaceStatus, Image
 
-LOOK_SIZE = 16  # a face's region is compared between frames as a 16×16 grey thumbnail (a few µs)
+# A face's region is compared between frames as a 32×32 grey thumbnail (tens of µs): its shift is measured by
+# phase correlation, and what is left once the shift is undone is compared on the central 24×24, averaged
+# down to 12×12 (camera noise and sub-pixel resampling average out).
+LOOK_SIZE = 32
+LOOK_INSET = 4
+LOOK_COMPARE = 12
+_LOOK_WINDOW = cv2.createHanningWindow((LOOK_SIZE, LOOK_SIZE), cv2.CV_32F)
 
 
 @dataclass(frozen=True)
@@ -35,7 +42,12 @@ class TrackerConfig:
     cover_frames: int = 150  # frames a lost face stays covered before its track ends (5 s at 30 fps)
     # An unmatched face this close (in face sizes) to an unmatched track is that face, moved fast or found again.
     refind_distance: float = 4.0
-    look_change: float = 10.0  # mean grey-level change of a face's region between frames that calls for detection
+    # Mean grey-level change of a face's region between frames, once its shift is undone, that calls for
+    # detection (something crossed the face, or it turned).
+    look_change: float = 10.0
+    # Shift of a face's region between frames, beyond the tracker's own prediction, that calls for detection
+    # (in face sizes): the face moved where the prediction would not put it.
+    look_shift: float = 0.05
     fast_motion: float = 0.05  # face sizes per frame above which every frame is detected (7 px for a 150 px face)
 
 
@@ -53,6 +65,21 @@ def _look(frame: Image, box: np.ndarray) -> np.ndarray:
     x1, y1 = int(np.clip(np.ceil(box[2]), x0 + 1, width)), int(np.clip(np.ceil(box[3]), y0 + 1, height))
     grey = cv2.cvtColor(frame[y0:y1, x0:x1], cv2.COLOR_BGR2GRAY)
     return cv2.resize(grey, (LOOK_SIZE, LOOK_SIZE), interpolation=cv2.INTER_AREA).astype(np.float32)
+
+
+def _look_change(before: np.ndarray, after: np.ndarray) -> tuple[float, float, float]:
+    """How the face's region moved from `before` to `after` (x, y, as fractions of the region) and their mean
+    grey-level difference once that shift is undone."""
+    (dx, dy), _ = cv2.phaseCorrelate(before, after, _LOOK_WINDOW)
+    if not (np.isfinite(dx) and np.isfinite(dy)):  # a flat region has no shift to find
+        dx = dy = 0.0
+    undo = np.array([[1.0, 0.0, -dx], [0.0, 1.0, -dy]], np.float32)
+    back = cv2.warpAffine(after, undo, (LOOK_SIZE, LOOK_SIZE), borderMode=cv2.BORDER_REPLICATE)
+    inner = slice(LOOK_INSET, LOOK_SIZE - LOOK_INSET)
+    small = (LOOK_COMPARE, LOOK_COMPARE)
+    a = cv2.resize(before[inner, inner], small, interpolation=cv2.INTER_AREA)
+    b = cv2.resize(back[inner, inner], small, interpolation=cv2.INTER_AREA)
+    return dx / LOOK_SIZE, dy / LOOK_SIZE, float(np.abs(a - b).mean())
 
 
 def _state(face: Face) -> np.ndarray:
@@ -147,7 +174,15 @@ class FaceTracker:
     def unsure(self) -> bool:
         """Whether a prediction alone may misplace a face: one is being searched for (missed) or moves fast.
         Live streams detect such frames before using them (app.pipeline.live)."""
-        return any(t.missed > 0 or t.speed() > self.config.fast_motion for t in self._tracks)
+        return self.doubt() is not None
+
+    def doubt(self) -> Literal["missed", "fast"] | None:
+        """Why a prediction alone may misplace a face (`unsure`): a face is missed, or one moves fast."""
+        if any(t.missed > 0 for t in self._tracks):
+            return "missed"
+        if any(t.speed() > self.config.fast_motion for t in self._tracks):
+            return "fast"
+        return None
 
     @property
     def tracking(self) -> bool:
@@ -182,12 +217,24 @@ class FaceTracker:
         return [t.face(self.config) for t in self._tracks]
 
     def looks_changed(self, frame: Image) -> bool:
-        """Whether a face's region changed since the previous frame by more than `look_change` grey levels:
-        the face moved (or something crossed it) and the prediction cannot know, so detect this frame."""
-        return any(
-            t.look is not None and float(np.abs(_look(frame, t.position[:4]) - t.look).mean()) > self.config.look_change
-            for t in self._tracks
-        )
+        """Whether a face's region changed since the previous frame in a way the prediction cannot know, so
+        this frame is detected: the face moved by more than `look_shift` face sizes beyond the track's
+        predicted motion (it jumped, or the camera jerked), or, with its motion undone, the region changed by
+        more than `look_change` grey levels (something crossed the face, or it turned). A face that moves
+        smoothly changes its region a lot between frames far apart (a loaded server skips frames); measured
+        against its own shift, it does not."""
+        return any(t.look is not None and self._changed(t, frame) for t in self._tracks)
+
+    def _changed(self, track: _Track, frame: Image) -> bool:
+        assert track.look is not None
+        box = track.position[:4]
+        fx, fy, residual = _look_change(track.look, _look(frame, box))
+        if residual > self.config.look_change:
+            return True
+        v = track.velocity[:4]
+        moved_x = fx * (box[2] - box[0]) - (v[0] + v[2]) / 2
+        moved_y = fy * (box[3] - box[1]) - (v[1] + v[3]) / 2
+        return float(np.hypot(moved_x, moved_y)) / track.size > self.config.look_shift
 
     def note_looks(self, frame: Image) -> None:
         """Keep each face's region in `frame` (the frame just tracked) for `looks_changed` on the next one."""

@@ -55,17 +55,19 @@ def shared_pipeline_factory(
     def build(settings: PipelineSettings) -> FramePipeline:
         from app.pipeline.factory import build_pipeline
 
-        return build_pipeline(settings, store, batching=batching, registry=registry)
+        return build_pipeline(settings, store, batching=batching, registry=registry, live=True)
 
     return build
 
 
 def warm_up(pipeline: FramePipeline) -> None:
-    """Run the detector once per common frame size so the first session does not pay for it."""
+    """Run the detectors (photos', and live frames' at their own size) once per common frame size so the
+    first session does not pay for it."""
     tracker = pipeline.new_stream()
     for width, height in WARMUP_SIZES:
         frame = np.full((height, width, 3), 127, np.uint8)
         pipeline.detector.process([frame])
+        pipeline.stages.detect.process([frame])
         tracker.reset()
 
 

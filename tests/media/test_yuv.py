@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from app.media.clips import load_sample, make_motion_clip
-from app.media.yuv import detector_input, read_bgr, region, write_bgr
+from app.media.yuv import detector_input, read_bgr, region, to_frame, write_bgr
 from app.pipeline.types import Image
 
 
@@ -62,3 +62,12 @@ def test_wrong_sizes_and_formats_are_refused(image: Image) -> None:
         write_bgr(frame, region([0, 0, 100, 100], 640, 480), np.zeros((10, 10, 3), np.uint8))
     with pytest.raises(ValueError, match="yuv420p"):
         read_bgr(av.VideoFrame.from_ndarray(image, format="bgr24"), region([0, 0, 10, 10], 640, 480))
+
+
+def test_an_output_image_becomes_a_yuv420p_frame_like_the_encoders_own_conversion(image: Image) -> None:
+    frame = to_frame(image)
+    assert frame.format.name == "yuv420p" and (frame.width, frame.height) == (640, 480)
+    by_encoder = av.VideoFrame.from_ndarray(image, format="bgr24").reformat(format="yuv420p")
+    assert cv2.PSNR(frame.to_ndarray(format="bgr24"), by_encoder.to_ndarray(format="bgr24")) > 40
+    odd = to_frame(np.ascontiguousarray(image[:239, :319]))  # 4:2:0 cannot hold it whole: left to the encoder
+    assert odd.format.name == "bgr24" and (odd.width, odd.height) == (319, 239)

@@ -76,3 +76,44 @@ def test_frames_batched_across_sessions_equal_frames_run_alone(store: ModelStore
         assert batch_sizes / batches > 1.0, "concurrent sessions should have shared detector batches"
     finally:
         shared.close()
+
+
+def test_live_frames_are_detected_at_the_live_size_and_photos_at_the_full_size(store: ModelStore, t1: Image) -> None:
+    """The server's shared detector (live sessions and streams) takes SWAPCAST_LIVE_DETECT_SIZE, 320 by
+    default: a camera's face is large; identity photos keep SWAPCAST_DETECT_SIZE (640)."""
+    from app.pipeline.factory import build_pipeline
+    from app.settings import BatchingSettings, PipelineSettings
+
+    pipeline = build_pipeline(PipelineSettings(engine="passthrough", threads=1), store, batching=BatchingSettings())
+    try:
+        live = pipeline.stages.detect
+        assert isinstance(live, BatchedStage) and isinstance(live.stage, RetinaFaceDetector)
+        assert (live.stage.config.size, live.stage.config.canvas) == (320, "fixed")
+        assert (pipeline.detector.config.size, pipeline.detector.config.canvas) == (640, "tight")
+        (found,) = live.process([t1])
+        (photo,) = pipeline.detector.process([t1])
+        assert len(found) == len(photo) >= 1
+    finally:
+        pipeline.close()
+    settings = PipelineSettings(engine="passthrough", threads=1, live_detect_size=384)
+    pipeline = build_pipeline(settings, store, batching=BatchingSettings())
+    try:
+        assert pipeline.stages.detect.stage.config.size == 384  # type: ignore[attr-defined]
+    finally:
+        pipeline.close()
+    # Without batching (the server's default on a CPU) the server's frames take the live size too; files do not.
+    from app.server.state import shared_pipeline_factory
+
+    server = shared_pipeline_factory(store, None, CollectorRegistry())(
+        PipelineSettings(engine="passthrough", threads=1)
+    )
+    files = build_pipeline(PipelineSettings(engine="passthrough", threads=1), store)
+    try:
+        assert isinstance(server.stages.detect, RetinaFaceDetector) and server.stages.detect.config.size == 320
+        assert server.detector.config.size == 640
+        assert isinstance(files.stages.detect, RetinaFaceDetector) and files.stages.detect.config.size == 640
+        (found,) = server.stages.detect.process([t1])
+        assert len(found) >= 1
+    finally:
+        server.close()
+        files.close()

@@ -30,6 +30,10 @@ def test_tiny_benchmark_measures_echo_and_our_server(model_root: Path) -> None:
     assert cells["passthrough"]["server_latency_p50_ms"] > 0
     hops = cells["passthrough"]["server_hops_ms"]
     assert {"queue", "detect", "paste", "output_wait", "encode", "total"} <= set(hops), hops
+    # Why frames waited for a detection (the first for its new face), and what each frame cost in CPU.
+    detections = cells["passthrough"]["detections"]
+    assert detections["new"] >= 1 and set(detections) == {"new", "missed", "fast", "looks", "background"}
+    assert cells["passthrough"]["server_cpu_ms_per_frame"] > 0 and cells["echo"]["server_cpu_ms_per_frame"] > 0
     (row,) = result["compared_to_echo"]
     p50 = cells["passthrough"]["latency_ms"]["p50"]
     assert row["added_p50_ms"] == pytest.approx(p50 - cells["echo"]["latency_ms"]["p50"], abs=0.11)

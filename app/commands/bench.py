@@ -6,7 +6,7 @@ import sys
 from pathlib import Path
 
 from app.commands.arguments import counts, names, positive_int
-from app.errors import UserError
+from app.commands.bench_args import check_bench_args
 
 
 def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
@@ -28,9 +28,7 @@ def run(args: argparse.Namespace) -> int:
     from app.bench.scenes import RESOLUTIONS
     from app.model_store import open_model_store
 
-    unknown = [r for r in args.resolutions if r not in RESOLUTIONS]
-    if unknown:
-        raise UserError(f"unknown resolution {unknown[0]!r}; choose from {', '.join(RESOLUTIONS)}")
+    check_bench_args(args.resolutions, RESOLUTIONS, args.output)
     config = BenchConfig(
         swapper_model=args.swapper_model,
         recognizer_model=args.recognizer_model,

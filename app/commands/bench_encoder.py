@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import cast, get_args
 
 from app.commands.arguments import counts, int_between, names, names_from
-from app.errors import UserError
+from app.commands.bench_args import check_bench_args
 from app.settings import X264Preset
 
 
@@ -29,11 +29,7 @@ def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None
 def run(args: argparse.Namespace) -> int:
     from app.bench.encoder_bench import RESOLUTIONS, EncoderBenchConfig, run_encoder_bench
 
-    unknown = [r for r in args.resolutions if r not in RESOLUTIONS]
-    if unknown:
-        raise UserError(f"unknown resolution {unknown[0]!r}; choose from {', '.join(RESOLUTIONS)}")
-    if args.output is not None and not args.output.parent.is_dir():
-        raise UserError(f"output directory does not exist: {args.output.parent}")
+    check_bench_args(args.resolutions, RESOLUTIONS, args.output)
     config = EncoderBenchConfig(
         resolutions=tuple(args.resolutions),
         presets=cast(tuple[X264Preset, ...], tuple(args.presets)),

@@ -6,7 +6,7 @@ import sys
 from pathlib import Path
 
 from app.commands.arguments import counts, int_between, names, names_from, non_negative_float, one_of, positive_float
-from app.errors import UserError
+from app.commands.bench_args import check_bench_args
 from app.names import SWAP_ENGINES
 
 CODECS = ("H264", "VP8")
@@ -49,11 +49,7 @@ def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None
 def run(args: argparse.Namespace) -> int:
     from app.bench.server_bench import RESOLUTIONS, ServerBenchConfig, run_server_bench
 
-    unknown = [r for r in args.resolutions if r not in RESOLUTIONS]
-    if unknown:
-        raise UserError(f"unknown resolution {unknown[0]!r}; choose from {', '.join(RESOLUTIONS)}")
-    if args.output is not None and not args.output.parent.is_dir():
-        raise UserError(f"output directory does not exist: {args.output.parent}")
+    check_bench_args(args.resolutions, RESOLUTIONS, args.output)
     config = ServerBenchConfig(
         seconds=args.seconds,
         warmup=args.warmup,

@@ -31,6 +31,9 @@ def test_one_preset_at_480p_gives_quality_time_and_conversions(
         (["bench-encoder", "--resolutions", "4k"], "unknown resolution '4k'"),
         (["bench-encoder", "--presets", "placebo"], "preset"),
         (["bench-encoder", "--frames", "10"], "argument --frames: must be between 30 and 3000"),
+        (["bench-encoder", "--output", "/no/such/dir/out.json"], "output directory does not exist"),
+        (["bench", "--resolutions", "4k"], "unknown resolution '4k'"),
+        (["bench", "--output", "/no/such/dir/out.json"], "output directory does not exist"),
     ],
 )
 def test_bad_arguments_are_one_error_line(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:

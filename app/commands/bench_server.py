@@ -42,6 +42,13 @@ def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None
         default="aiortc",
         help="the echo's H.264 encoder: aiortc's own (default) or swapcast's (the difference is then the server)",
     )
+    p.add_argument(
+        "--client-encoder",
+        type=one_of(("live", "aiortc"), "client encoder"),
+        default="live",
+        help="how the clients encode: real time as a browser does (default), or aiortc's libx264 medium",
+    )
+    p.add_argument("--in-process", action="store_true", help="run the servers in this process's threads, not their own")
     p.add_argument("--output", type=Path, default=None, help="also write the JSON here")
     p.set_defaults(func=run)
 
@@ -61,6 +68,8 @@ def run(args: argparse.Namespace) -> int:
         fps=args.fps,
         face_lost=not args.no_face_lost,
         echo_encoder=args.echo_encoder,
+        client_encoder=args.client_encoder,
+        in_process=args.in_process,
     )
     result = run_server_bench(config, progress=sys.stderr.isatty())
     text = json.dumps(result, indent=2)

@@ -40,6 +40,25 @@ def test_tiny_benchmark_measures_echo_and_our_server(model_root: Path) -> None:
     assert row["ratio_p50"] == pytest.approx(p50 / cells["echo"]["latency_ms"]["p50"], abs=0.01)
 
 
+@pytest.mark.slow
+def test_the_servers_can_run_in_the_benchmarks_own_process(model_root: Path) -> None:
+    config = ServerBenchConfig(
+        seconds=1.0,
+        warmup=0.5,
+        sessions=(1,),
+        resolutions=("480p",),
+        engines=("passthrough",),
+        echo=False,
+        face_lost=False,
+        in_process=True,
+    )
+    result = run_server_bench(config, progress=False)
+    assert result["config"]["in_process"] is True and result["config"]["client_encoder"] == "live"
+    (cell,) = result["cells"]
+    assert cell["failed"] is None and cell["frames_returned"] > 0, cell
+    assert cell["server_hops_ms"] and cell["server_cpu_ms_per_frame"] is None, cell
+
+
 def test_compare_pairs_cells_with_the_echo_of_the_same_shape() -> None:
     def cell(server: str, sessions: int, p50: float, fps: float) -> dict:
         return {

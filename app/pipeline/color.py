@@ -60,6 +60,7 @@ def transfer_color(
 MIN_SPREAD = 1.0
 _CODE_SCALE = np.array([100.0 / 255.0, 1.0, 1.0])  # OpenCV's 8-bit LAB codes: L·255/100, a+128, b+128
 _CODE_OFFSET = np.array([0.0, -128.0, -128.0])
+_IDENTITY = np.repeat(np.arange(256, dtype=np.uint8), 3).reshape(1, 256, 3)
 
 
 def transfer_lut(
@@ -90,6 +91,9 @@ def transfer_color_u8(
     path's time on a 256 px crop (1.4 vs 5.4 ms), within a grey level of it on average on faces."""
     if strength <= 0:
         return image
+    table = transfer_lut(source_stats, target_stats, strength)
+    if np.array_equal(table, _IDENTITY):  # equal statistics: spare the image 8-bit LAB's round-trip rounding
+        return image
     lab = cv2.cvtColor(image, cv2.COLOR_BGR2LAB)
-    moved = cv2.LUT(lab, transfer_lut(source_stats, target_stats, strength))
+    moved = cv2.LUT(lab, table)
     return np.asarray(cv2.cvtColor(moved, cv2.COLOR_LAB2BGR), np.uint8)

@@ -73,3 +73,12 @@ def test_weighted_statistics_match_the_plain_definition(astronaut: Image) -> Non
     got_mean, got_std = lab_stats(image, weight)
     np.testing.assert_allclose(got_mean, mean, rtol=1e-5, atol=1e-4)
     np.testing.assert_allclose(got_std, std, rtol=1e-4, atol=1e-4)
+
+
+def test_equal_statistics_leave_the_image_untouched(t1: Image) -> None:
+    """A passthrough crop pasted onto itself must come back exactly: 8-bit LAB's round trip alone moves pixels
+    by up to a few grey levels."""
+    crop = np.ascontiguousarray(t1[40:296, 160:416])
+    stats = thumbnail_stats(crop)
+    assert transfer_color_u8(crop, stats, stats) is crop
+    assert not np.array_equal(cv2.cvtColor(cv2.cvtColor(crop, cv2.COLOR_BGR2LAB), cv2.COLOR_LAB2BGR), crop)

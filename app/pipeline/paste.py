@@ -139,8 +139,8 @@ class PasteBack:
             sx0, sy0 = max(0, support[0] - 2), max(0, support[1] - 2)
             sx1, sy1 = min(size, support[2] + 2), min(size, support[3] + 2)
             # Inverse warp from the support's box straight into the region: shift by both origins.
-            inverse = cv2.invertAffineTransform(item.matrix)
-            inverse[:, 2] += inverse[:, :2] @ (sx0, sy0) - (x0, y0)
+            inverse = np.asarray(cv2.invertAffineTransform(item.matrix), np.float64)
+            inverse[:, 2] += inverse[:, :2] @ np.array([sx0, sy0], np.float64) - np.array([x0, y0], np.float64)
             dsize = (x1 - x0, y1 - y0)
             # Warped and blended in uint8 by OpenCV: 8x cheaper than float numpy on a 720p face (7.8 -> 1.0 ms
             # per face on one core), within one grey level of it.

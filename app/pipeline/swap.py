@@ -11,7 +11,7 @@ from onnx import numpy_helper
 
 from app.errors import ModelError
 from app.pipeline.align import AlignSpec, estimate_matrix, warp_crop
-from app.pipeline.color import thumbnail_stats, transfer_color
+from app.pipeline.color import thumbnail_stats, transfer_color_u8
 from app.pipeline.recognize import ArcFaceRecognizer
 from app.pipeline.stage import DEFAULT_SESSION
 from app.pipeline.types import Face, Image
@@ -133,9 +133,8 @@ class ClassicEngine:
         check_sources(self, batch)
         out = []
         for item in batch:
-            texture = item.source.data
-            moved = transfer_color(texture, thumbnail_stats(texture), thumbnail_stats(item.crop))
-            out.append(np.rint(moved).astype(np.uint8))
+            texture = np.asarray(item.source.data, np.uint8)
+            out.append(transfer_color_u8(texture, thumbnail_stats(texture), thumbnail_stats(item.crop)))
         return out
 
 

@@ -1,12 +1,13 @@
 """Paste-back fidelity: with a swap model that returns its input, the frame comes back unchanged."""
 
+import cv2
 import numpy as np
 import pytest
 
 from app.bench.scenes import compose_scene
 from app.media.clips import make_motion_clip
 from app.pipeline.detect import RetinaFaceDetector
-from app.pipeline.paste import PasteBack, PasteConfig, PasteItem, crop_region, feather_mask
+from app.pipeline.paste import MaskShape, PasteBack, PasteConfig, PasteItem, crop_region, feather_mask, mask_support
 from app.pipeline.pipeline import FramePipeline, PipelineConfig
 from app.pipeline.swap import PassthroughEngine
 from app.pipeline.types import Image
@@ -62,9 +63,46 @@ def test_colour_correction_moves_toward_the_target() -> None:
     target = np.full((128, 128, 3), (60, 90, 160), np.uint8)
     swapped = np.full((128, 128, 3), (160, 150, 140), np.uint8)
     corrected = PasteBack(PasteConfig(color_strength=1.0)).corrected(PasteItem(swapped, np.eye(2, 3), target))
-    assert np.abs(corrected[64, 64] - target[64, 64]).max() < 3.0
+    assert corrected.dtype == np.uint8
+    assert np.abs(corrected[64, 64].astype(np.int16) - target[64, 64]).max() < 3
     untouched = PasteBack(PasteConfig(color_strength=0.0)).corrected(PasteItem(swapped, np.eye(2, 3), target))
-    assert np.array_equal(untouched, swapped.astype(np.float32))
+    assert np.array_equal(untouched, swapped)
+
+
+@pytest.mark.parametrize("shape", ["box", "ellipse"])
+def test_paste_warps_only_the_masks_support_and_matches_a_whole_crop_paste(shape: MaskShape) -> None:
+    """Only the image of the mask's non-zero box is warped and blended (for the ellipse, about 0.7 of the
+    crop): the frame comes out as if the whole crop's region had been."""
+    rng = np.random.default_rng(1)
+    frame = np.asarray(cv2.GaussianBlur(rng.integers(0, 255, (480, 640, 3), dtype=np.uint8), (0, 0), 2), np.uint8)
+    swapped = np.asarray(cv2.GaussianBlur(rng.integers(0, 255, (256, 256, 3), dtype=np.uint8), (0, 0), 2), np.uint8)
+    # A tilted face of about 300 px around (330, 240).
+    angle, scale = np.deg2rad(12.0), 256 / 300
+    rotation = scale * np.array([[np.cos(angle), np.sin(angle)], [-np.sin(angle), np.cos(angle)]])
+    matrix = np.hstack([rotation, (np.array([128.0, 128.0]) - rotation @ (330.0, 240.0))[:, None]])
+    config = PasteConfig(mask=shape, color_strength=0.0)
+    out = PasteBack(config).paste(frame, [PasteItem(swapped, matrix, swapped)])
+
+    support = mask_support(256, shape, config.margin, config.feather)
+    mask = feather_mask(256, shape, config.margin, config.feather)
+    x0, y0, x1, y1 = support
+    assert mask[y0:y1, x0:x1].sum() == pytest.approx(mask.sum())  # the box holds the whole mask
+    assert mask[y0, x0:x1].max() > 0 and mask[y1 - 1, x0:x1].max() > 0  # and is tight
+    if shape == "ellipse":
+        assert (x1 - x0) * (y1 - y0) < 0.75 * 256 * 256
+
+    whole = crop_region(matrix, 256, frame.shape)
+    assert whole is not None
+    wx0, wy0, wx1, wy1 = whole
+    inverse = cv2.invertAffineTransform(matrix)
+    inverse[:, 2] -= (wx0, wy0)
+    size = (wx1 - wx0, wy1 - wy0)
+    face = cv2.warpAffine(swapped, inverse, size, flags=cv2.INTER_LINEAR)
+    alpha = np.asarray(cv2.warpAffine(mask, inverse, size, flags=cv2.INTER_LINEAR), np.float32)
+    expected = frame.copy()
+    expected[wy0:wy1, wx0:wx1] = cv2.blendLinear(face, frame[wy0:wy1, wx0:wx1], alpha, 1.0 - alpha)
+    assert np.abs(out.astype(np.int16) - expected).max() <= 1
+    assert np.any(out != frame)
 
 
 def test_masks_are_feathered_and_zero_at_the_border() -> None:

@@ -128,10 +128,11 @@ def test_the_classic_engine_matches_colours_from_thumbnails_within_a_few_grey_le
     detector: RetinaFaceDetector, t1: Image
 ) -> None:
     """The classic engine takes both faces' colour statistics from 64×64 thumbnails (a tenth of the time at
-    its 256 px crops): its output stays within 3 grey levels of statistics taken on every pixel."""
+    its 256 px crops) and moves colours in 8-bit LAB: its output stays within a few grey levels of float LAB
+    with statistics taken on every pixel."""
     from app.media.clips import load_sample
     from app.pipeline.align import estimate_matrix, warp_crop
-    from app.pipeline.color import STATS_SIZE, lab_stats, thumbnail_stats, transfer_color
+    from app.pipeline.color import MIN_SPREAD, STATS_SIZE, lab_stats, thumbnail_stats, transfer_color
     from app.pipeline.swap import ClassicEngine, SwapItem
 
     engine = ClassicEngine()
@@ -145,6 +146,10 @@ def test_the_classic_engine_matches_colours_from_thumbnails_within_a_few_grey_le
         (mean, std), (small_mean, small_std) = lab_stats(image), thumbnail_stats(image)
         assert np.abs(mean - small_mean).max() < 0.5 and np.abs(std - small_std).max() < 1.5
     (swapped,) = engine.process([SwapItem(crop, prepared, None)])
-    exact = np.rint(transfer_color(prepared.data, lab_stats(prepared.data), lab_stats(crop))).astype(np.int16)
+    # The source photo is grey: its chroma spreads are under MIN_SPREAD, so they are kept, not stretched.
+    (source_mean, source_std), (target_mean, target_std) = lab_stats(prepared.data), lab_stats(crop)
+    assert source_std[1] < MIN_SPREAD and source_std[2] < MIN_SPREAD
+    kept = np.where(source_std < MIN_SPREAD, source_std, target_std)
+    exact = np.rint(transfer_color(prepared.data, (source_mean, source_std), (target_mean, kept))).astype(np.int16)
     difference = np.abs(swapped.astype(np.int16) - exact)
-    assert difference.max() <= 3 and difference.mean() < 0.5
+    assert np.percentile(difference, 99.9) <= 3 and difference.mean() < 0.75

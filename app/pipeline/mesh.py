@@ -19,7 +19,7 @@ from skimage.transform import SimilarityTransform
 
 from app.errors import UserError
 from app.pipeline.align import AlignSpec, estimate_matrix, transform_points, warp_crop
-from app.pipeline.color import lab_stats, transfer_color
+from app.pipeline.color import STATS_SIZE, lab_stats, transfer_color
 from app.pipeline.landmarks import CropLandmarks, FaceMeshLandmarker, Mesh, five_points
 from app.pipeline.mesh_track import MeshTracking
 from app.pipeline.mesh_warp import (
@@ -39,7 +39,6 @@ from app.pipeline.swap import PreparedSource, SwapItem, check_sources
 from app.pipeline.timing import StageTimer
 from app.pipeline.types import Face, Image
 
-STATS_SIZE = 64  # colour statistics on thumbnails: the same means and spreads, far cheaper
 GAIN_LIMITS = (0.67, 1.5)
 CROP_FRAMING = 1.2  # the crop's side over the face's landmark box (the face_mesh_tight template)
 

@@ -12,7 +12,7 @@ from typing import Literal
 import cv2
 import numpy as np
 
-from app.pipeline.color import lab_stats, transfer_color_u8
+from app.pipeline.color import STATS_SIZE, lab_stats, transfer_color_u8
 from app.pipeline.types import Image, Matrix
 
 MaskShape = Literal["box", "ellipse"]
@@ -75,14 +75,19 @@ def mask_support(size: int, shape: MaskShape, margin: float, feather: float) -> 
     return int(cols[0]), int(rows[0]), int(cols[-1]) + 1, int(rows[-1]) + 1
 
 
+# Bilinear sampling reaches one pixel beyond a point, two in OpenCV's fixed-point coordinates: a box of the crop
+# is widened by this much wherever it decides what is read or written.
+SAMPLE_REACH = 2
+
+
 def crop_region(
     matrix: Matrix, size: int, frame_shape: tuple[int, ...], box: Box | None = None
 ) -> tuple[int, int, int, int] | None:
     """Bounding box (x0, y0, x1, y1) in the frame of a size×size crop placed by `matrix` (or of `box` within
     it), clipped."""
     inverse = cv2.invertAffineTransform(matrix)
-    # A box is widened by two crop pixels: bilinear sampling reaches one pixel out, in fixed-point coordinates.
-    bx0, by0, bx1, by1 = (0, 0, size, size) if box is None else (box[0] - 2, box[1] - 2, box[2] + 2, box[3] + 2)
+    r = SAMPLE_REACH
+    bx0, by0, bx1, by1 = (0, 0, size, size) if box is None else (box[0] - r, box[1] - r, box[2] + r, box[3] + r)
     corners = np.array([[bx0, by0], [bx1, by0], [bx0, by1], [bx1, by1]], np.float64)
     mapped = corners @ inverse[:, :2].T + inverse[:, 2]
     height, width = frame_shape[:2]
@@ -93,9 +98,6 @@ def crop_region(
     if x1 <= x0 or y1 <= y0:
         return None
     return x0, y0, x1, y1
-
-
-STATS_SIZE = 64  # colour statistics are taken on a thumbnail: the same means and spreads, 4-16x cheaper
 
 
 def _thumbnail(crop: Image, mask_for: Callable[[int], np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
@@ -135,9 +137,9 @@ class PasteBack:
             if region is None:
                 continue
             x0, y0, x1, y1 = region
-            # Only the support (and the pixel bilinear sampling reaches beyond it) is colour-matched and warped.
-            sx0, sy0 = max(0, support[0] - 2), max(0, support[1] - 2)
-            sx1, sy1 = min(size, support[2] + 2), min(size, support[3] + 2)
+            # Only the support (and what bilinear sampling reaches beyond it) is colour-matched and warped.
+            sx0, sy0 = max(0, support[0] - SAMPLE_REACH), max(0, support[1] - SAMPLE_REACH)
+            sx1, sy1 = min(size, support[2] + SAMPLE_REACH), min(size, support[3] + SAMPLE_REACH)
             # Inverse warp from the support's box straight into the region: shift by both origins.
             inverse = np.asarray(cv2.invertAffineTransform(item.matrix), np.float64)
             inverse[:, 2] += inverse[:, :2] @ np.array([sx0, sy0], np.float64) - np.array([x0, y0], np.float64)

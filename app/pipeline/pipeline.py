@@ -239,18 +239,21 @@ class FramePipeline:
         kept: list[list[Face]] = []
         kept_sources: list[PreparedSource] = []
         kept_meshes: list[Mesh | None] = []
-        position = 0
         covered: list[list[Face]] = []
+        position = 0
         for faces, sources in zip(chosen, per_face, strict=True):
-            frame_kept = []
-            covered.append([face for face, face_source in zip(faces, sources, strict=True) if face_source is PENDING])
+            frame_kept: list[Face] = []
+            frame_covered: list[Face] = []
             for face, face_source in zip(faces, sources, strict=True):
                 if isinstance(face_source, PreparedSource):
                     frame_kept.append(face)
                     kept_sources.append(face_source)
                     kept_meshes.append(flat_meshes[position])
+                elif face_source is PENDING:
+                    frame_covered.append(face)
                 position += 1
             kept.append(frame_kept)
+            covered.append(frame_covered)
         frames = [pixelate(frame, cover) for frame, cover in zip(frames, covered, strict=True)]
         return frames, kept, kept_sources, (kept_meshes if meshes is not None else None)
 

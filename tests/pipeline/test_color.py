@@ -8,17 +8,13 @@ from app.pipeline.align import AlignSpec, estimate_matrix, warp_crop
 from app.pipeline.color import MIN_SPREAD, lab_stats, thumbnail_stats, transfer_color, transfer_color_u8
 from app.pipeline.detect import RetinaFaceDetector
 from app.pipeline.types import Image
+from engines.precision.quality import psnr
 
 
 def face_crops(detector: RetinaFaceDetector, photo: Image, size: int = 256) -> list[Image]:
     (faces,) = detector.process([photo])
     spec = AlignSpec("arcface_128", size)
     return [warp_crop(photo, estimate_matrix(face.landmarks, spec), size) for face in faces]
-
-
-def psnr(a: Image, b: Image) -> float:
-    mse = float(np.mean((a.astype(np.float64) - b.astype(np.float64)) ** 2))
-    return float("inf") if mse == 0 else 10 * np.log10(255.0**2 / mse)
 
 
 @pytest.mark.parametrize("strength", [1.0, 0.5])
@@ -43,7 +39,7 @@ def test_the_lookup_table_transfer_stays_within_about_a_grey_level_of_float_lab_
             # The 8-bit codes' rounding is multiplied by the gain: about one grey level on average at a chroma
             # gain of 3 (the largest among these faces), a fraction of one at gains near 1.
             assert difference.mean() < 1.25 and np.percentile(difference, 99.9) <= 10
-            assert psnr(fast, exact.astype(np.uint8)) >= 44.0
+            assert psnr(exact.astype(np.uint8), fast, peak=255.0) >= 44.0
     assert pairs == 42
 
 

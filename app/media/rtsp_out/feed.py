@@ -32,6 +32,7 @@ from app.media.mailbox import Mailbox
 from app.media.rtsp_out.appsrc_feeder import AppsrcFeeder
 from app.media.rtsp_out.bindings import Bindings
 from app.media.rtsp_out.pacing import Pacing
+from app.media.yuv import to_i420
 from app.pipeline.types import Image
 
 # Frames the appsrc may hold while the encoder is busy; older ones are dropped beyond that.
@@ -252,4 +253,4 @@ class EncoderFeed(AppsrcFeeder[tuple[Image | None, bool, Any]]):
             sized = cv2.resize(  # type: ignore[assignment]
                 image, (self.width, self.height), interpolation=cv2.INTER_AREA if shrink else cv2.INTER_LINEAR
             )
-        return cv2.cvtColor(sized, cv2.COLOR_BGR2YUV_I420)  # type: ignore[return-value]
+        return to_i420(sized)

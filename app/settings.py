@@ -60,7 +60,7 @@ class PipelineSettings(BaseSettings):
     faces: Literal["all", "largest"] = "all"
     # Identity maps: the cosine similarity a face needs to a person's reference to be that person; None: the
     # embedder's own (app.identity.embedder: dlib 0.92, ArcFace 0.4).
-    match_threshold: float | None = Field(None, ge=-1.0, le=1.0)
+    match_threshold: float | None = Field(None, ge=0.3, le=1.0)  # cosine similarity; below 0.3 strangers match
     color_strength: float = Field(1.0, ge=0.0, le=1.0)
     mask: Literal["auto", "box", "ellipse"] = "auto"
     threads: int | None = Field(None, ge=1)  # per model run; None = all cores

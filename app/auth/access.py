@@ -1,15 +1,24 @@
-"""One object per server that answers "who is this request?": API keys, JWTs or local mode, with the failure
-delay, the audit log and the owners of live resources."""
+"""One object per server that answers "who is this request?": API keys, JWTs, viewer tokens or local mode, with
+the failure delay, the audit log and the owners of live resources.
 
+Local mode is decided at start-up and can only end: a server that started with a keys file or JWT settings never
+falls back to it. Revoking the last key, emptying or deleting the keys file leaves a server that refuses everyone
+(fail closed), not one that lets everyone in."""
+
+import logging
 import weakref
 from dataclasses import dataclass
 
 from app.auth.audit import AuditLog
 from app.auth.failures import FailureDelay
-from app.auth.keys import KeyStore, key_id_of
+from app.auth.keys import KeyStore, KeyStoreError, key_id_of
 from app.auth.principal import Principal, local_principal
 from app.auth.settings import AccessSettings, allowed_hosts, is_loopback
 from app.auth.tokens import TokenRejected, TokenVerifier
+from app.auth.viewer_tokens import VIEWER_PREFIX, ViewerTokens
+
+log = logging.getLogger(__name__)
+KEYS_UNREADABLE = "credentials cannot be checked: the server's keys file is unreadable (its log says why)"
 
 
 class Unauthenticated(Exception):
@@ -65,15 +74,26 @@ class Access:
         self.loopback = is_loopback(bind_host)
         self.hosts = allowed_hosts(settings, bind_host, public_host)
         self.owners = Owners()
+        self.viewer_tokens = ViewerTokens()
         self._keys_seen: set[str] = set()
+        self._keys_problem: str | None = None
+        # Credentials are configured when JWT settings are, or when a keys file exists (even an empty or
+        # unreadable one): from then on there is no local mode.
+        self._configured = self.tokens is not None or self.keys.exists()
+
+    @property
+    def configured(self) -> bool:
+        """Credentials were configured at start-up or since; once true, it stays true."""
+        if not self._configured and self.keys.exists():
+            self._configured = True
+            log.warning("a keys file appeared at %s: local mode ends, requests need credentials", self.keys.path)
+        return self._configured
 
     @property
     def local_mode(self) -> bool:
-        """No credentials configured and only this machine can connect (or anonymous use was asked for):
-        every request acts as the local principal."""
-        if self.tokens is not None or self.keys.has_active():
-            return False
-        return self.loopback or self.settings.allow_anonymous
+        """No credentials were ever configured and only this machine can connect (or anonymous use was asked
+        for): every request acts as the local principal."""
+        return not self.configured and (self.loopback or self.settings.allow_anonymous)
 
     def describe(self) -> str:
         """One line for the start-up banner."""
@@ -87,9 +107,48 @@ class Access:
             ways.append(f"API keys ({active} active, {self.keys.path})")
         if self.tokens is not None:
             ways.append("JWT" + (f" from {self.settings.jwt_issuer}" if self.settings.jwt_issuer else ""))
+        if not ways:
+            return (
+                f"no active key in {self.keys.path}: every request is refused (401) until "
+                "`swapcast keys create NAME --scope ...`"
+            )
         return "Authorization: Bearer, " + " or ".join(ways)
 
+    def problem(self) -> str | None:
+        """Why credentials cannot be checked now (for `/readyz`; no server paths), or None."""
+        try:
+            self.keys.refresh()
+        except KeyStoreError as exc:
+            self._log_keys_problem(str(exc))
+            return "access control unavailable: the keys file cannot be read"
+        self._keys_problem = None
+        return None
+
+    def _log_keys_problem(self, detail: str) -> None:
+        """The full reason goes to the operator's log once per change; callers only hear that it failed."""
+        if detail != self._keys_problem:
+            self._keys_problem = detail
+            log.error("%s; every request that needs credentials gets 503 until it is fixed", detail)
+
     def authenticate(self, token: str | None) -> Principal:
+        """The principal of an API request; `Unauthenticated`, or `KeyStoreError` (with a message safe to
+        return) when the keys file cannot be read."""
+        try:
+            return self._authenticate(token)
+        except KeyStoreError as exc:
+            self._log_keys_problem(str(exc))
+            raise KeyStoreError(KEYS_UNREADABLE) from None
+
+    def authenticate_viewer(self, token: str | None) -> Principal:
+        """Like `authenticate`, but a viewer token (read-only, one output) is accepted too."""
+        if token and token.startswith(VIEWER_PREFIX) and not self.local_mode:
+            viewer = self.viewer_tokens.verify(token)
+            if viewer is None:
+                raise Unauthenticated("invalid or revoked viewer token")
+            return viewer
+        return self.authenticate(token)
+
+    def _authenticate(self, token: str | None) -> Principal:
         if self.local_mode:
             return local_principal()
         if not token:

@@ -15,7 +15,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from app.auth.access import Access, Unauthenticated
 from app.auth.keys import KeyStoreError
 from app.auth.principal import Principal
-from app.auth.scopes import ALL_SCOPES, IDENTITIES_READ, IDENTITIES_WRITE, METRICS, SESSIONS, STREAMS
+from app.auth.scopes import ADMIN, ALL_SCOPES, IDENTITIES_READ, IDENTITIES_WRITE, METRICS, SESSIONS, STREAMS
 
 bearer = HTTPBearer(
     auto_error=False,
@@ -31,6 +31,7 @@ bearer = HTTPBearer(
 class AccessRule:
     scope: str | None  # None: any authenticated principal
     public: bool = False
+    viewer_token: bool = False  # a viewer token of the route's output is accepted as well
 
 
 def get_access(request: Request) -> Access:
@@ -57,19 +58,24 @@ async def _refuse(request: Request, access: Access, exc: Unauthenticated) -> HTT
     return HTTPException(401, str(exc), headers={"WWW-Authenticate": challenge})
 
 
-def requires(scope: str | None) -> Callable[..., Awaitable[Principal]]:
-    """A dependency resolving the request's principal; 401 without valid credentials, 403 without `scope`."""
+def requires(scope: str | None, *, viewer_token: bool = False) -> Callable[..., Awaitable[Principal]]:
+    """A dependency resolving the request's principal; 401 without valid credentials, 403 without `scope`.
+    `viewer_token`: a viewer token is accepted too (its principal has no scopes; the route checks that it
+    watches the output asked for)."""
 
     async def principal(
         request: Request, credentials: Annotated[HTTPAuthorizationCredentials | None, Security(bearer)]
     ) -> Principal:
         access = get_access(request)
+        token = credentials.credentials if credentials else None
         try:
-            who = access.authenticate(credentials.credentials if credentials else None)
+            who = access.authenticate_viewer(token) if viewer_token else access.authenticate(token)
         except Unauthenticated as exc:
             raise await _refuse(request, access, exc) from None
         except KeyStoreError as exc:
-            raise HTTPException(503, f"credentials cannot be checked: {exc}") from None
+            raise HTTPException(503, str(exc)) from None
+        if who.kind == "viewer":
+            return who
         if scope is not None and not who.allows(scope):
             access.audit.event(
                 "auth_forbidden", client=client_address(request), principal=who.id, path=request.url.path, scope=scope
@@ -77,7 +83,7 @@ def requires(scope: str | None) -> Callable[..., Awaitable[Principal]]:
             raise HTTPException(403, f"this credential lacks the `{scope}` scope")
         return who
 
-    principal.access_rule = AccessRule(scope)  # type: ignore[attr-defined]
+    principal.access_rule = AccessRule(scope, viewer_token=viewer_token)  # type: ignore[attr-defined]
     return principal
 
 
@@ -94,6 +100,10 @@ IdentitiesWrite = Annotated[Principal, Depends(requires(IDENTITIES_WRITE))]
 SessionsUser = Annotated[Principal, Depends(requires(SESSIONS))]
 StreamsUser = Annotated[Principal, Depends(requires(STREAMS))]
 MetricsReader = Annotated[Principal, Depends(requires(METRICS))]
+Admin = Annotated[Principal, Depends(requires(ADMIN))]
+# WHEP: the output's owner (with the scope), admin, or a viewer token of that output.
+SessionsViewer = Annotated[Principal, Depends(requires(SESSIONS, viewer_token=True))]
+StreamsViewer = Annotated[Principal, Depends(requires(STREAMS, viewer_token=True))]
 AccessDep = Annotated[Access, Depends(get_access)]
 
 

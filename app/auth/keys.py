@@ -6,15 +6,18 @@ brute-forced back to a key (slow password hashes exist for low-entropy passwords
 finds the record without trying every hash and is the only part of a key that ever reaches a log.
 
 The server re-reads the file when its modification time changes, so `swapcast keys create|revoke` take effect on
-a running server without a restart.
+a running server without a restart. A file that another local user could change (group- or world-writable, or
+owned by someone else) is refused outright: whoever can write it can add an admin key.
 """
 
 import fcntl
 import hashlib
 import hmac
 import json
+import os
 import re
 import secrets
+import stat
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -72,7 +75,7 @@ class KeyStore:
         self.path = Path(path)
         self._lock = threading.Lock()
         self._records: dict[str, KeyRecord] = {}
-        self._stamp: tuple[int, int] | None = None
+        self._stamp: tuple[int, ...] | None = None
 
     # ------------------------------------------------------------------------------ reading
 
@@ -87,6 +90,14 @@ class KeyStore:
     def revoked_ids(self) -> set[str]:
         self.refresh()
         return {r.id for r in self._records.values() if not r.active}
+
+    def active_ids(self) -> set[str]:
+        self.refresh()
+        return {r.id for r in self._records.values() if r.active}
+
+    def exists(self) -> bool:
+        """Whether there is a keys file at all (once there is, the server never falls back to local mode)."""
+        return self.path.exists()
 
     def verify(self, token: str) -> KeyRecord | None:
         """The active record this key belongs to, or None. Constant time in the secret."""
@@ -105,14 +116,33 @@ class KeyStore:
         """Re-read the file if it changed since the last read (a missing file holds no keys)."""
         try:
             info = self.path.stat()
-            stamp: tuple[int, int] | None = (info.st_mtime_ns, info.st_size)
+            # Mode and owner too: a chmod changes neither the modification time nor the size.
+            stamp: tuple[int, ...] | None = (info.st_mtime_ns, info.st_size, info.st_mode, info.st_uid)
         except FileNotFoundError:
             stamp = None
         with self._lock:
             if stamp == self._stamp and (stamp is not None or not self._records):
                 return
+            if stamp is not None:
+                self._check_permissions()
             self._records = self._read() if stamp is not None else {}
             self._stamp = stamp
+
+    def _check_permissions(self) -> None:
+        try:
+            info = self.path.stat()
+        except FileNotFoundError:
+            return
+        if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+            raise KeyStoreError(
+                f"refusing the keys file {self.path}: other users can write it (mode {stat.S_IMODE(info.st_mode):o}); "
+                f"run `chmod 600 {self.path}`"
+            )
+        if info.st_uid != os.geteuid():
+            raise KeyStoreError(
+                f"refusing the keys file {self.path}: it belongs to user id {info.st_uid}, not to this server's "
+                f"({os.geteuid()})"
+            )
 
     def _read(self) -> dict[str, KeyRecord]:
         try:

@@ -20,6 +20,7 @@ def _commands() -> list[Register]:
         bench_upload,
         bench_watermark,
         demo,
+        drain,
         engines_group,
         keys,
         models,
@@ -33,6 +34,7 @@ def _commands() -> list[Register]:
     return [
         serve.register,
         keys.register,
+        drain.register,
         demo.register,
         swap.register,
         models.register,

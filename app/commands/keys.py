@@ -51,7 +51,13 @@ def run(args: argparse.Namespace) -> int:
                 print(f"{r.id}  {r.name:<20} {','.join(r.scopes):<40} created {r.created}  {status}")
         else:
             for r in store.revoke(args.key):
-                print(f"revoked key {r.id} ({r.name}); a running server ends its sessions and streams")
+                print(f"revoked key {r.id} ({r.name}); a running server ends its sessions, streams and viewers")
+            if not store.has_active():
+                print(
+                    "that was the last active key: a server using this keys file now refuses every request "
+                    "(401) until a key is created with `swapcast keys create NAME --scope ...`; it does not "
+                    "fall back to local mode"
+                )
     except KeyStoreError as exc:
         raise UserError(str(exc)) from None
     return 0

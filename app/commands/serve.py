@@ -88,6 +88,7 @@ def run(args: argparse.Namespace) -> int:
     import uvicorn
 
     from app.auth.access import Access
+    from app.auth.redact import install_redaction
     from app.server.app import create_app
     from app.server.connections import uvicorn_options
     from app.server.draining_server import DrainingServer
@@ -158,6 +159,7 @@ def run(args: argparse.Namespace) -> int:
         ssl_certfile=str(tls.tls_cert) if tls.tls_cert else None,
         ssl_keyfile=str(tls.tls_key) if tls.tls_key else None,
     )
+    install_redaction()  # after uvicorn.Config, which sets up uvicorn's loggers
     server = DrainingServer(config, app.state.drain)
     stops: list[int] = []
     # uvicorn shuts down gracefully on SIGINT/SIGTERM and then raises the signal again under the handlers
@@ -184,6 +186,7 @@ def check_access(settings: "ServerSettings") -> None:
     access = settings.access
     keys = KeyStore(access.keys_file)
     try:
+        keys.refresh()  # a damaged or unsafe keys file stops the start, on loopback too
         refusal = refusal_to_serve(access, settings.host, keys)
         anonymous = access.allow_anonymous and not is_loopback(settings.host) and not keys.has_active()
     except KeyStoreError as exc:

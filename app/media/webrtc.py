@@ -39,7 +39,7 @@ from aiortc import (
 from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
 
 from app.media import yuv
-from app.media.audio_sync import DelayedAudioTrack
+from app.media.audio_sync import MAX_DELAY_S, DelayedAudioTrack
 from app.media.encoder import configure_encoders
 from app.media.hops import HopRecorder, install_timed_encoders
 from app.media.ice_bounds import BoundedIce, IceBounds, ice_connections
@@ -397,10 +397,11 @@ class Session:
                     self.audio.push(frame, time.monotonic())
 
     def _audio_delay_s(self) -> float:
-        """The video's processing latency (median of its last 30 frames) plus the user's offset."""
+        """The video's processing latency (median of its last 30 frames) plus the user's offset, as applied:
+        audio cannot leave before it arrived nor be held past MAX_DELAY_S."""
         recent = list(self.counters.latencies)[-30:]
         video = float(np.median(recent)) if recent else 0.0
-        return video + self.audio_offset_ms / 1000.0
+        return min(MAX_DELAY_S, max(0.0, video + self.audio_offset_ms / 1000.0))
 
     def set_audio(self, enabled: bool | None = None, offset_ms: int | None = None) -> None:
         if enabled is not None:

@@ -20,7 +20,7 @@ from app.server.limits import BodyLimitMiddleware
 from app.server.openapi import describe_real_bodies
 from app.server.public_url import AbsoluteLocation
 from app.server.revocation import RevocationWatcher
-from app.server.routes import audio, health, identities, operations, sessions, streams, whep
+from app.server.routes import audio, health, identities, operations, sessions, streams, viewer_tokens, whep
 from app.server.routes.identities import upload_limit
 from app.server.settings import ServerSettings
 from app.server.state import PipelineFactory, ServerState, StateListener
@@ -102,6 +102,7 @@ def create_app(
     app.include_router(streams.router)
     app.include_router(operations.router)
     app.include_router(whep.router)
+    app.include_router(viewer_tokens.router)
     app.include_router(audio.router)
 
     @app.get("/", include_in_schema=False, dependencies=PUBLIC)
@@ -110,7 +111,13 @@ def create_app(
 
     @app.get("/view/{session_id}", include_in_schema=False, dependencies=PUBLIC)
     async def viewer_page(session_id: str) -> FileResponse:
-        """The page OBS's Browser Source shows: the session's swapped video over WHEP (`app/static/view.js`)."""
+        """The page OBS's Browser Source shows: the session's swapped video over WHEP (`app/static/view.js`),
+        with a viewer token in `?token=`."""
+        return FileResponse(STATIC_DIR / "view.html", headers={"Cache-Control": "no-cache"})
+
+    @app.get("/view/stream/{stream_id}", include_in_schema=False, dependencies=PUBLIC)
+    async def stream_viewer_page(stream_id: str) -> FileResponse:
+        """The same page for an ingest stream's output."""
         return FileResponse(STATIC_DIR / "view.html", headers={"Cache-Control": "no-cache"})
 
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")

@@ -12,6 +12,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
+from app.auth.viewer_tokens import TooManyViewerTokens
 from app.identity.consent import ConsentInvalid
 from app.identity.images import ImageRejected
 from app.identity.quota import QuotaExceeded
@@ -25,7 +26,7 @@ from app.server.sessions import SessionNotFound
 from app.server.settings import ServerSettings
 from app.server.state import NotReady
 from app.server.streams import StreamNotFailed, StreamNotFound, StreamsUnavailable
-from app.server.viewers import ViewerNotFound
+from app.server.viewers import ViewerNotFound, ViewerTokenNotFound
 
 # Errors answered with a fixed status and the error's message as the detail.
 STATUS_OF: dict[type[Exception], int] = {
@@ -33,7 +34,9 @@ STATUS_OF: dict[type[Exception], int] = {
     SessionNotFound: 404,
     StreamNotFound: 404,
     ViewerNotFound: 404,
+    ViewerTokenNotFound: 404,
     IdentityUnreadable: 409,
+    TooManyViewerTokens: 409,
     ConsentInvalid: 422,
     OfferError: 400,
     ViewerOfferError: 400,

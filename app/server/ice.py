@@ -21,7 +21,10 @@ class IceSettings(BaseSettings):
     turn_secret: SecretStr | None = None  # coturn's static-auth-secret: credentials minted per request
     turn_username: str | None = None  # or one static username and credential
     turn_credential: SecretStr | None = None
-    turn_ttl_s: int = Field(3600, ge=60, le=7 * 24 * 3600)  # how long minted credentials are valid
+    # How long minted credentials are valid. A TURN server cannot be told that a key was revoked, so this is
+    # how long a minted login outlives its key: at most SWAPCAST_TURN_TTL_MAX_H hours.
+    turn_ttl_s: int = Field(3600, ge=60)
+    turn_ttl_max_h: float = Field(12.0, gt=0, le=24)
 
     @field_validator("turn_urls")
     @classmethod
@@ -40,6 +43,11 @@ class IceSettings(BaseSettings):
             raise ValueError("SWAPCAST_TURN_USERNAME and SWAPCAST_TURN_CREDENTIAL go together")
         if self.turn_urls and not static and self.turn_secret is None:
             raise ValueError("TURN URLs need credentials: SWAPCAST_TURN_SECRET or SWAPCAST_TURN_USERNAME/_CREDENTIAL")
+        if self.turn_ttl_s > self.turn_ttl_max_h * 3600:
+            raise ValueError(
+                f"SWAPCAST_TURN_TTL_S={self.turn_ttl_s} is longer than SWAPCAST_TURN_TTL_MAX_H "
+                f"({self.turn_ttl_max_h:g} h)"
+            )
         return self
 
 

@@ -9,7 +9,7 @@ every entry must be identities the principal may use, as for a plain `identity`.
 from typing import Annotated, Self
 
 from fastapi import HTTPException
-from pydantic import BaseModel, Field, model_validator
+from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
 
 from app.auth.principal import Principal
 from app.errors import UserError
@@ -20,6 +20,10 @@ from app.server.state import ServerState
 
 MAX_MAP_ENTRIES = 16
 IdentityRef = Annotated[str, Field(min_length=1, max_length=64)]
+# The cosine similarity a face needs to a person. Below 0.3 even ArcFace takes different people for one (dlib
+# puts any two faces above 0.8), so a lower bar would swap strangers: refused rather than clamped.
+MIN_MATCH_THRESHOLD = 0.3
+MatchThreshold = Annotated[float, Field(ge=MIN_MATCH_THRESHOLD, le=1.0)]
 
 
 class MapEntryIn(BaseModel):
@@ -36,7 +40,10 @@ def parse_query_map(values: list[str]) -> list[MapEntryIn]:
         person, sep, identity = value.partition(":")
         if not sep or not person.strip() or not identity.strip():
             raise HTTPException(422, f"map entry {number} must be PERSON_ID:IDENTITY_ID, got {value[:80]!r}")
-        entries.append(MapEntryIn(person=person.strip(), identity=identity.strip()))
+        try:
+            entries.append(MapEntryIn(person=person.strip(), identity=identity.strip()))
+        except ValidationError:
+            raise HTTPException(422, f"map entry {number}: identity ids are 1 to 64 characters") from None
     return entries
 
 
@@ -64,7 +71,14 @@ class SourceChoice(BaseModel):
 
     identity: IdentityRef | None = None
     map: list[MapEntryIn] | None = Field(None, max_length=MAX_MAP_ENTRIES)
-    match_threshold: float | None = Field(None, ge=-1.0, le=1.0)
+    match_threshold: MatchThreshold | None = None
+
+    @field_validator("match_threshold", mode="before")
+    @classmethod
+    def _a_number(cls, value: object) -> object:
+        if isinstance(value, bool):  # JSON true would otherwise read as 1.0
+            raise ValueError("match_threshold must be a number")
+        return value
 
     @model_validator(mode="after")
     def _one_choice(self) -> Self:

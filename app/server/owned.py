@@ -34,14 +34,16 @@ async def check_owned_identity(state: ServerState, principal: Principal, identit
 
 
 def owned_session(sessions: SessionManager, session_id: str, principal: Principal, access: Access) -> Session:
+    """The session if `principal` owns it, is admin, or holds a viewer token for it (on the routes that take
+    one); `SessionNotFound` otherwise."""
     session = sessions.get(session_id)
-    if not access.owners.visible(principal, session):
+    if not (principal.watches(f"session/{session.id}") or access.owners.visible(principal, session)):
         raise SessionNotFound(session_id)
     return session
 
 
 def owned_stream(streams: StreamManager, stream_id: str, principal: Principal, access: Access) -> Stream:
     stream = streams.get(stream_id)
-    if not access.owners.visible(principal, stream):
+    if not (principal.watches(f"stream/{stream.id}") or access.owners.visible(principal, stream)):
         raise StreamNotFound(stream_id)
     return stream

@@ -1,4 +1,5 @@
-"""Rate limits on creating things (identity uploads, sessions, streams), per principal and per client address,
+"""Rate limits on creating things (identity uploads, sessions, streams, minted credentials: viewer tokens and TURN
+logins), per principal and per client address,
 answered with 429 and an honest `Retry-After` (when the moving window lets the next request in).
 
 Counting is the `limits` library's moving window, in memory: one server process owns its counters.
@@ -13,7 +14,7 @@ from limits import RateLimitItem, parse
 from limits.storage import MemoryStorage
 from limits.strategies import MovingWindowRateLimiter
 
-Action = Literal["uploads", "sessions", "streams"]
+Action = Literal["uploads", "sessions", "streams", "credentials"]
 
 
 class RateLimited(Exception):
@@ -29,12 +30,13 @@ class RateLimits:
     uploads: str
     sessions: str
     streams: str
+    credentials: str = "30/minute"
 
 
 class RateLimiter:
     def __init__(self, limits: RateLimits) -> None:
         self._items: dict[str, RateLimitItem] = {
-            action: parse(getattr(limits, action)) for action in ("uploads", "sessions", "streams")
+            action: parse(getattr(limits, action)) for action in ("uploads", "sessions", "streams", "credentials")
         }
         self._limiter = MovingWindowRateLimiter(MemoryStorage())
 

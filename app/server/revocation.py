@@ -1,5 +1,7 @@
-"""Owned live resources and their revocation: sessions and streams are registered with their owner; deleting an
-identity ends every session and stream showing it, and revoking a key ends everything started with it.
+"""Owned live resources and their revocation: sessions, streams and WHEP viewers are registered with the
+credential that opened them; deleting an identity ends every session and stream showing it, and revoking a key
+ends everything opened with it: its sessions, streams, viewers and the viewer tokens it minted (with their
+viewers). A key that disappears from the keys file (deleted by hand, or the whole file gone) counts as revoked.
 
 A session ended this way stops sending at once: its output track is stopped before the close begins, so no
 frame made with the revoked identity or credential leaves after the request that revoked it returned.
@@ -12,6 +14,7 @@ from collections.abc import Callable
 
 from app.auth.access import Access
 from app.auth.principal import Principal
+from app.auth.viewer_tokens import ViewerToken
 from app.media.webrtc import Session
 from app.pipeline.identity_map import identities_of
 from app.server.state import ServerState
@@ -23,6 +26,7 @@ KEYS_POLL_S = 0.5
 CLOSE_WAIT_S = 5.0
 IDENTITY_DELETED = "identity deleted"
 KEY_REVOKED = "key revoked"
+TOKEN_REVOKED = "viewer token revoked"
 
 
 class RevocationWatcher:
@@ -31,15 +35,15 @@ class RevocationWatcher:
         self.access = access
         self._task: asyncio.Task[None] | None = None
         self._audit_tasks: set[asyncio.Task[None]] = set()
-        self._revoked: set[str] = set()
+        self._active: set[str] = set()
 
     # ------------------------------------------------------------------------------ lifecycle
 
     def start(self) -> None:
         try:
-            self._revoked = self.access.keys.revoked_ids()
+            self._active = self.access.keys.active_ids()
         except Exception:  # an unreadable keys file refuses requests; the watcher tries again later
-            log.exception("keys file unreadable")
+            log.warning("keys file unreadable; revocations wait until it can be read", exc_info=True)
         self._task = asyncio.get_running_loop().create_task(self._watch_keys(), name="access-revocation-watcher")
 
     async def stop(self) -> None:
@@ -52,14 +56,14 @@ class RevocationWatcher:
         while True:
             await asyncio.sleep(KEYS_POLL_S)
             try:
-                revoked = await asyncio.to_thread(self.access.keys.revoked_ids)
-            except Exception:
-                log.warning("keys file unreadable; revocations wait until it can be read", exc_info=True)
+                active = await asyncio.to_thread(self.access.keys.active_ids)
+            except Exception:  # requests get 503 meanwhile; the reason is logged by the access checks
                 continue
-            fresh = revoked - self._revoked
-            self._revoked = revoked
-            if fresh:
-                await self.end_credentials(fresh)
+            # Revoked, or gone from the file: either way nothing it opened may go on.
+            gone = self._active - active
+            self._active = active
+            if gone:
+                await self.end_credentials(gone)
 
     # ------------------------------------------------------------------------------ registering
 
@@ -80,6 +84,7 @@ class RevocationWatcher:
 
     async def _audit_end(self, session: Session, principal: Principal) -> None:
         await session.closed.wait()
+        self.access.viewer_tokens.forget_output(f"session/{session.id}")
         self.access.audit.event(
             "session_ended",
             session=session.id,
@@ -98,6 +103,14 @@ class RevocationWatcher:
             identity=stream.identity_id,
             mark=stream.marker.mark if stream.marker else None,
         )
+        task = asyncio.get_running_loop().create_task(self._forget_tokens(stream))
+        task.set_name(f"stream-{stream.id[:8]}-tokens")
+        self._audit_tasks.add(task)
+        task.add_done_callback(self._audit_tasks.discard)
+
+    async def _forget_tokens(self, stream: Stream) -> None:
+        await stream.ended.wait()
+        self.access.viewer_tokens.forget_output(f"stream/{stream.id}")
 
     async def close_stream(self, stream: Stream, reason: str) -> None:
         streams = self.state.streams
@@ -120,21 +133,38 @@ class RevocationWatcher:
     # ------------------------------------------------------------------------------ revoking
 
     async def identity_deleted(self, identity_id: str) -> None:
-        def uses(resource: Session | Stream) -> bool:
+        def uses(resource: object) -> bool:
+            if not isinstance(resource, Session | Stream):
+                return False  # viewers end with their output
             return resource.identity_id == identity_id or identity_id in identities_of(resource.source)
 
         await self._end(uses, IDENTITY_DELETED)
 
     async def end_credentials(self, credentials: set[str]) -> None:
-        def started_with(resource: Session | Stream) -> bool:
+        """End everything opened with these credentials (key ids), including the viewer tokens they minted."""
+        tokens = self.access.viewer_tokens.revoke_minted_by(credentials)
+        await self._end_opened_with(credentials | {t.credential for t in tokens}, KEY_REVOKED)
+        self.access.audit.event("key_revoked", key_ids=sorted(credentials), viewer_tokens=sorted(t.id for t in tokens))
+
+    async def revoke_viewer_token(self, token: ViewerToken) -> None:
+        """Revoke a viewer token; the viewers opened with it end before this returns."""
+        self.access.viewer_tokens.revoke(token.id)
+        await self._end_opened_with({token.credential}, TOKEN_REVOKED)
+        self.access.audit.event("viewer_token_revoked", token_id=token.id, output=token.output)
+
+    async def _end_opened_with(self, credentials: set[str], reason: str) -> None:
+        def opened_with(resource: object) -> bool:
             ownership = self.access.owners.of(resource)
             return ownership is not None and ownership.credential in credentials
 
-        await self._end(started_with, KEY_REVOKED)
-        self.access.audit.event("key_revoked", key_ids=sorted(credentials))
+        await self._end(opened_with, reason)
 
-    async def _end(self, matches: Callable[[Session | Stream], bool], reason: str) -> None:
+    async def _end(self, matches: Callable[[object], bool], reason: str) -> None:
         closing: list[asyncio.Task[None]] = []
+        for viewer in self.state.viewers.all():
+            if matches(viewer):
+                viewer.track.stop()  # no further frame leaves
+                closing.append(viewer.request_close())
         if self.state.sessions is not None:
             for session in self.state.sessions.sessions():
                 if matches(session):

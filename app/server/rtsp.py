@@ -10,6 +10,7 @@ import hashlib
 import hmac
 import logging
 import secrets
+from collections.abc import Callable
 from typing import Protocol
 
 from app.media.rtsp_out import RtspServer
@@ -25,9 +26,20 @@ class FramePublisher(Protocol):
 
 
 class RtspOutput:
-    def __init__(self, *, enabled: bool, port: int, host: str, public_host: str, authenticate: bool = True) -> None:
+    def __init__(
+        self,
+        *,
+        enabled: bool,
+        port: int,
+        host: str,
+        public_host: str,
+        authenticate: bool = True,
+        on_auth_failure: Callable[[str], float] | None = None,
+    ) -> None:
         """`authenticate`: each published path gets its own login (in the URLs this object hands out, which
-        only the path's owner sees); every other client is refused by the RTSP server."""
+        only the path's owner sees); every other client is refused by the RTSP server, and each failed login
+        waits `on_auth_failure(address)` seconds before its answer."""
+        self._on_auth_failure = on_auth_failure
         self.port = port
         self.host = host
         self.public_host = public_host
@@ -47,7 +59,9 @@ class RtspOutput:
         """Start the RTSP server if it can run here; otherwise remember why not. Never raises."""
         if not self._enabled:
             return
-        server = RtspServer(self.port, host=self.host, authenticate=self.authenticate)
+        server = RtspServer(
+            self.port, host=self.host, authenticate=self.authenticate, on_auth_failure=self._on_auth_failure
+        )
         try:
             server.start()
         except Exception as exc:  # GStreamer is missing, or the server could not bind or build its pipeline

@@ -58,12 +58,17 @@ class ServerSettings(BaseSettings):
     rate_uploads: str = "30/minute"
     rate_sessions: str = "30/minute"
     rate_streams: str = "10/minute"
+    # Minted credentials: viewer tokens and TURN logins.
+    rate_credentials: str = "30/minute"
     # Per client address, before authentication (app/server/address_limit.py): POST requests to the API, and
     # failed authentications, beyond which the address gets 429 on every API request until the window moves.
     rate_per_address: str = "120/minute"
     rate_auth_failures: str = "30/minute"
     sdp_max_bytes: int = Field(128 * 1024, ge=1024)
     max_json_bytes: int = Field(64 * 1024, ge=1024)
+    # A request's header block (request line and headers): larger ones get 431 and the connection is closed, counted
+    # before anything is parsed. nginx allows 4 x 8 KiB, uvicorn's h11 16 KiB.
+    max_header_bytes: int = Field(32 * 1024, ge=4096, le=1024 * 1024)
 
     video_codecs: list[VideoCodec] = Field(default_factory=lambda: list(DEFAULT_CODECS), min_length=1)
     ice_servers: list[str] = Field(default_factory=list)  # stun:/turn: URLs; none by default (no outside calls)
@@ -141,7 +146,9 @@ class ServerSettings(BaseSettings):
                 raise ValueError(f"{network!r} is not a network such as 192.168.1.0/24") from None
         return value
 
-    @field_validator("rate_uploads", "rate_sessions", "rate_streams", "rate_per_address", "rate_auth_failures")
+    @field_validator(
+        "rate_uploads", "rate_sessions", "rate_streams", "rate_credentials", "rate_per_address", "rate_auth_failures"
+    )
     @classmethod
     def _rate(cls, value: str) -> str:
         try:
@@ -156,6 +163,7 @@ class ServerSettings(BaseSettings):
             keep_alive_s=self.keep_alive_s,
             max_connections=self.max_connections,
             max_per_client=self.max_connections_per_client,
+            max_header_bytes=self.max_header_bytes,
         )
 
     def url_host(self) -> str:

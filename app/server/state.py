@@ -10,6 +10,7 @@ from functools import partial
 import numpy as np
 from prometheus_client import CollectorRegistry
 
+from app.auth.failures import FailureDelay
 from app.identity.cache import IdentityCache
 from app.identity.embedder import REFERENCE, build_embedder, reference_preparer
 from app.identity.enrol import re_preparer
@@ -109,7 +110,12 @@ class ServerState:
             settings.ingest_allowed_networks, settings.ingest_allow_private, own_ports
         )
         self.rate_limiter = RateLimiter(
-            RateLimits(uploads=settings.rate_uploads, sessions=settings.rate_sessions, streams=settings.rate_streams)
+            RateLimits(
+                uploads=settings.rate_uploads,
+                sessions=settings.rate_sessions,
+                streams=settings.rate_streams,
+                credentials=settings.rate_credentials,
+            )
         )
         self.provenance = Provenance(settings.provenance)
         self.rtsp = RtspOutput(
@@ -118,6 +124,10 @@ class ServerState:
             host=settings.host,
             public_host=settings.url_host(),
             authenticate=settings.access.rtsp_auth,
+            # Failed RTSP logins wait as failed HTTP authentications do, per client address.
+            on_auth_failure=FailureDelay(
+                settings.access.auth_failure_delay_s, settings.access.auth_failure_delay_max_s
+            ).record,
         )
         self.cache: IdentityCache[PreparedSource] = IdentityCache(
             self._load_identity, max_items=settings.identity_cache_items, registry=self.metrics.registry

@@ -18,6 +18,11 @@ class ViewerNotFound(LookupError):
         super().__init__(f"viewer {viewer_id} not found")
 
 
+class ViewerTokenNotFound(LookupError):
+    def __init__(self, token_id: str) -> None:
+        super().__init__(f"viewer token {token_id} not found")
+
+
 class Viewers:
     """Hubs by output key (`session/ID`, `stream/ID`)."""
 
@@ -51,6 +56,9 @@ class Viewers:
             self._watchers.add(task)
             task.add_done_callback(self._watchers.discard)
         return await hub.add_viewer(offer)
+
+    def all(self) -> list[Viewer]:
+        return [viewer for hub in list(self._hubs.values()) for viewer in hub.viewers()]
 
     def get(self, key: str, viewer_id: str) -> Viewer:
         hub = self._hubs.get(key)

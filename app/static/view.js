@@ -1,16 +1,18 @@
-// The viewer page for OBS's Browser Source: pulls one session's swapped video over WHEP, full window,
-// no controls, transparent around the video, and reconnects on its own (the session restarting, the
-// network dropping, the server restarting). `?token=...` is sent as a bearer token; `&audio=1` plays the
-// session's audio too (for OBS with "Control audio via OBS"; off by default, since a browser may refuse to
-// start unmuted playback on its own).
+// The viewer page for OBS's Browser Source: pulls one session's (or stream's) swapped video over WHEP, full
+// window, no controls, transparent around the video, and reconnects on its own (the session restarting, the
+// network dropping, the server restarting). `?token=...` (a viewer token of that output) is sent as a bearer
+// token; `&audio=1` plays the session's audio too (for OBS with "Control audio via OBS"; off by default, since
+// a browser may refuse to start unmuted playback on its own).
 "use strict";
 
 (() => {
   const video = document.getElementById("video");
-  const sessionId = decodeURIComponent(location.pathname.split("/").filter(Boolean).pop() || "");
+  const parts = location.pathname.split("/").filter(Boolean); // view/ID or view/stream/ID
+  const outputId = decodeURIComponent(parts.pop() || "");
+  const kind = parts.length > 1 && parts[1] === "stream" ? "streams" : "sessions";
   const token = new URLSearchParams(location.search).get("token");
   const withAudio = new URLSearchParams(location.search).get("audio") === "1";
-  const endpoint = `/v1/sessions/${encodeURIComponent(sessionId)}/whep`;
+  const endpoint = `/v1/${kind}/${encodeURIComponent(outputId)}/whep`;
   const STALL_MS = 3000; // no new frame for this long: connect again
   const RETRY_MS = [500, 1000, 2000, 4000];
 

@@ -9,10 +9,19 @@ from __future__ import annotations
 import logging
 import re
 import threading
+import time
+from collections.abc import Callable
 from typing import Any
 
 from app.errors import UserError
-from app.media.rtsp_out.auth import add_login, allow_only, new_auth, remove_login
+from app.media.rtsp_out.auth import (
+    add_login,
+    allow_only,
+    guarded_mount_points,
+    is_unauthorized,
+    new_auth,
+    remove_login,
+)
 from app.media.rtsp_out.bindings import load_bindings, require_bindings
 from app.media.rtsp_out.publisher import RtspPublisher, default_bitrate_kbps
 
@@ -37,12 +46,21 @@ class RtspServer:
     """
 
     def __init__(
-        self, port: int = 8554, host: str = "127.0.0.1", *, client_threads: int = 16, authenticate: bool = False
+        self,
+        port: int = 8554,
+        host: str = "127.0.0.1",
+        *,
+        client_threads: int = 16,
+        authenticate: bool = False,
+        on_auth_failure: Callable[[str], float] | None = None,
     ) -> None:
         """`authenticate`: each path plays only for the login it was published with (`app.media.rtsp_out.auth`);
-        a path published without one plays for nobody."""
+        a path published without one plays for nobody. `on_auth_failure(address)` hears every failed login and
+        says how long to hold the answer (that client's thread waits; guessing from one address slows down)."""
         self.host = host
         self.authenticate = authenticate
+        self._on_auth_failure = on_auth_failure
+        self._unauthorized: dict[Any, int] = {}
         self._auth: Any = None
         self._logins: dict[str, tuple[str, str]] = {}
         self._requested_port = port
@@ -101,6 +119,7 @@ class RtspServer:
                 for login in self._logins.values():
                     add_login(gst, self._auth, *login)
                 server.set_auth(self._auth)
+                server.set_mount_points(guarded_mount_points(gst, self._is_published))
             server.connect("client-connected", self._on_client_connected)
             mounts = server.get_mount_points()
             for path, publisher in self._publishers.items():
@@ -245,6 +264,10 @@ class RtspServer:
 
         server.client_filter(choose)
 
+    def _is_published(self, uri_path: str) -> bool:
+        with self._lock:
+            return self._match_path(uri_path) is not None
+
     def _match_path(self, uri_path: str) -> str | None:
         """The published path a request URI refers to (`/a/stream=0` belongs to `/a`)."""
         for path in self._publishers:
@@ -259,6 +282,19 @@ class RtspServer:
         client.connect("play-request", self._on_play_request)
         client.connect("teardown-request", self._on_teardown_request)
         client.connect("closed", self._on_client_closed)
+        if self.authenticate and self._on_auth_failure is not None:
+            client.connect("send-message", self._on_send_message)
+
+    def _on_send_message(self, client: Any, _ctx: Any, response: Any) -> None:
+        """Hold a failed login's 401. The context's request is not readable from Python, so a failure is told
+        from its place: the first 401 on a connection is the challenge every client gets, each later one
+        answers a login that did not verify."""
+        if not is_unauthorized(response):
+            return
+        with self._lock:
+            count = self._unauthorized[client] = self._unauthorized.get(client, 0) + 1
+        if count > 1 and self._on_auth_failure is not None:
+            time.sleep(self._on_auth_failure(str(client.get_connection().get_ip())))
 
     def _on_play_request(self, client: Any, ctx: Any) -> None:
         uri = ctx.uri
@@ -282,6 +318,7 @@ class RtspServer:
 
     def _on_client_closed(self, client: Any) -> None:
         with self._lock:
+            self._unauthorized.pop(client, None)
             for path in self._clients.pop(client, set()):
                 self._update_watchers(path)
 

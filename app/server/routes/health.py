@@ -5,7 +5,7 @@ from typing import Any
 from fastapi import APIRouter, Response
 from fastapi.responses import JSONResponse
 
-from app.auth.guard import PUBLIC, Authenticated, MetricsReader
+from app.auth.guard import PUBLIC, AccessDep, Authenticated, MetricsReader
 from app.server.deps import StateDep
 from app.server.errors import retry_after
 
@@ -18,14 +18,16 @@ async def healthz() -> dict[str, str]:
 
 
 @router.get("/readyz", dependencies=PUBLIC)
-async def readyz(state: StateDep) -> JSONResponse:
-    if not state.ready or state.pipeline is None:
+async def readyz(state: StateDep, access: AccessDep) -> JSONResponse:
+    """Ready once the models are warm and credentials can be checked (a damaged keys file refuses every request
+    that needs them, so a load balancer should send nothing here)."""
+    pipeline = state.pipeline if state.ready else None
+    reason = state.not_ready_reason if pipeline is None else access.problem()
+    if pipeline is None or reason is not None:
         return JSONResponse(
-            {"status": "not ready", "reason": state.not_ready_reason},
-            status_code=503,
-            headers=retry_after(state.settings),
+            {"status": "not ready", "reason": reason}, status_code=503, headers=retry_after(state.settings)
         )
-    return JSONResponse({"status": "ready", "engine": state.pipeline.engine.name})
+    return JSONResponse({"status": "ready", "engine": pipeline.engine.name})
 
 
 @router.get("/metrics")

@@ -2,18 +2,40 @@
 credentials) the page connects with."""
 
 import ipaddress
-from typing import Any
+import re
+from typing import Annotated, Any
 
-from fastapi import APIRouter, HTTPException, Request
+from fastapi import APIRouter, Depends, HTTPException, Request, Security
 from fastapi.responses import JSONResponse
+from fastapi.security import HTTPAuthorizationCredentials
 
-from app.auth.guard import PUBLIC, Authenticated, SessionsUser
+from app.auth.guard import AccessRule, Authenticated, SessionsUser, bearer, client_address, get_access, requires
+from app.auth.principal import Principal, local_principal
+from app.auth.scopes import ADMIN
 from app.server.deps import StateDep
 from app.server.drain import Drain
 from app.server.ice import client_ice_servers
 
 router = APIRouter(tags=["operations"])
-PROXY_HEADERS = ("forwarded", "x-forwarded-for", "x-real-ip")
+# Headers that proxies, load balancers and CDNs add: any of them means the request did not start on this host.
+PROXY_HEADERS = (
+    "forwarded",
+    "via",
+    "x-forwarded-for",
+    "x-forwarded-proto",
+    "x-forwarded-host",
+    "x-forwarded-port",
+    "x-forwarded-prefix",
+    "x-forwarded-server",
+    "x-real-ip",
+    "x-client-ip",
+    "x-cluster-client-ip",
+    "x-original-forwarded-for",
+    "cf-connecting-ip",
+    "true-client-ip",
+    "fastly-client-ip",
+)
+_admin = requires(ADMIN)
 
 
 def get_drain(request: Request) -> Drain:
@@ -22,8 +44,8 @@ def get_drain(request: Request) -> Drain:
 
 
 def _local_operator(request: Request) -> None:
-    """Draining is for the host's own operator (a Kubernetes preStop hook, an admin on the machine): the
-    request must come from loopback and not through a proxy (HAProxy adds X-Forwarded-For)."""
+    """In local mode draining is for the host's own operator: the request must come from loopback and carry no
+    header a proxy adds."""
     host = request.client.host if request.client else ""
     try:
         loopback = ipaddress.ip_address(host).is_loopback
@@ -33,12 +55,26 @@ def _local_operator(request: Request) -> None:
         raise HTTPException(403, "draining is allowed only from this host, not through a proxy")
 
 
-# Public in the access rules: only this host's own operator (loopback, not proxied) may drain, which no credential
-# changes; over the network it is refused for everyone.
-@router.post("/v1/server/drain", status_code=202, dependencies=PUBLIC)
-async def drain_server(request: Request) -> JSONResponse:
+async def drain_operator(
+    request: Request, credentials: Annotated[HTTPAuthorizationCredentials | None, Security(bearer)]
+) -> Principal:
+    """Who may drain: the `admin` scope whenever credentials are configured (behind a proxy every client comes
+    from loopback, so the address proves nothing); in local mode, a request made on this host and not through
+    a proxy. SIGTERM is the operator's other way, and `swapcast drain` calls this route with the right one."""
+    if get_access(request).local_mode:
+        _local_operator(request)
+        return local_principal()
+    return await _admin(request, credentials)
+
+
+drain_operator.access_rule = AccessRule(ADMIN)  # type: ignore[attr-defined]
+DrainOperator = Annotated[Principal, Depends(drain_operator)]
+
+
+@router.post("/v1/server/drain", status_code=202)
+async def drain_server(request: Request, principal: DrainOperator) -> JSONResponse:
     """Stop admitting sessions and streams; the server stops when the open ones end or the drain times out."""
-    _local_operator(request)
+    get_access(request).audit.event("drain_requested", principal=principal.id, client=client_address(request))
     drain = get_drain(request)
     drain.begin()
     return JSONResponse(drain.status(), status_code=202)
@@ -49,9 +85,19 @@ async def drain_status(request: Request, principal: Authenticated) -> dict[str, 
     return get_drain(request).status()
 
 
+def turn_label(principal: Principal) -> str:
+    """The TURN username's label for this principal (`<expiry>:<label>`), so a TURN server's log tells whose
+    relay it is; characters a username should not carry become `-`."""
+    return re.sub(r"[^A-Za-z0-9._@-]", "-", principal.id)[:64] or "swapcast"
+
+
 @router.get("/v1/ice-servers")
-async def ice_servers(state: StateDep, principal: SessionsUser) -> dict[str, Any]:
-    """ICE servers for the page's RTCPeerConnection; TURN credentials minted per call when a secret is set."""
+async def ice_servers(request: Request, state: StateDep, principal: SessionsUser) -> dict[str, Any]:
+    """ICE servers for the page's RTCPeerConnection; TURN credentials minted per call (per principal, rate
+    limited like other credentials, valid `ttl_s`) when a secret is set."""
     s = state.settings
-    servers = client_ice_servers(list(s.ice_servers), s.ice)
+    minted = s.ice.turn_urls and s.ice.turn_secret is not None
+    if minted:
+        state.rate_limiter.hit("credentials", principal.id, client_address(request))
+    servers = client_ice_servers(list(s.ice_servers), s.ice, turn_label(principal))
     return {"iceServers": servers, "ttl_s": s.ice.turn_ttl_s if s.ice.turn_secret is not None else None}

@@ -9,7 +9,13 @@ from app.identity.store import IdentityNotFound
 from app.media.advertise import advertise_host_candidates
 from app.pipeline.identity_map import identities_of
 from app.server.deps import RevocationDep, SessionsDep, StateDep
-from app.server.identity_maps import MAX_MAP_ENTRIES, SourceChoice, parse_query_map, sources_for
+from app.server.identity_maps import (
+    MAX_MAP_ENTRIES,
+    MIN_MATCH_THRESHOLD,
+    SourceChoice,
+    parse_query_map,
+    sources_for,
+)
 from app.server.limits import media_type, read_capped
 from app.server.owned import owned_session
 
@@ -28,7 +34,7 @@ async def create_session(
     identity: Annotated[str | None, Query(max_length=64)] = None,
     label: Annotated[bool | None, Query()] = None,
     map: Annotated[list[str] | None, Query(max_length=MAX_MAP_ENTRIES * 130)] = None,
-    match_threshold: Annotated[float | None, Query(ge=-1.0, le=1.0)] = None,
+    match_threshold: Annotated[float | None, Query(ge=MIN_MATCH_THRESHOLD, le=1.0)] = None,
 ) -> Response:
     """Body: the client's SDP offer (`Content-Type: application/sdp`, ICE gathering complete). `identity` swaps
     every face; or `map=PERSON:IDENTITY` (repeated) swaps each person's face with their identity and leaves other

@@ -3,8 +3,9 @@ WebRTC.
 
 201 with the SDP answer and `Location` (the viewer's resource); `DELETE` there stops it; `GET` on the
 endpoint lists the viewers. Every viewer of an output shares one encode (`app.media.whep`). Access is the
-output's own: the `sessions` or `streams` scope, and only the owner's outputs (admin: all), so a viewer token
-for OBS is a key of the session's owner (`swapcast keys create obs --scope sessions`)."""
+output's own: the `sessions` or `streams` scope and only the owner's outputs (admin: all), or a viewer token
+minted for that output (`POST .../viewer-tokens`), which may open viewers and close the ones it opened, nothing
+else. Each viewer records the credential that opened it: revoking that credential ends the viewer."""
 
 import asyncio
 from collections.abc import Callable
@@ -13,12 +14,16 @@ from typing import Annotated
 import av
 from fastapi import APIRouter, HTTPException, Path, Request, Response
 
-from app.auth.guard import AccessDep, SessionsUser, StreamsUser
+from app.auth.access import Access
+from app.auth.guard import AccessDep, SessionsUser, SessionsViewer, StreamsUser, StreamsViewer
+from app.auth.principal import Principal
+from app.media.whep import Viewer
 from app.pipeline.types import Image
 from app.server.deps import SessionsDep, StateDep, StreamsDep
 from app.server.limits import media_type, read_capped
 from app.server.owned import owned_session, owned_stream
 from app.server.state import ServerState
+from app.server.viewers import ViewerNotFound
 
 router = APIRouter(tags=["whep"])
 
@@ -42,6 +47,7 @@ async def read_offer(request: Request, state: ServerState) -> str:
 async def add_viewer(
     request: Request,
     state: ServerState,
+    viewer_of: tuple[Principal, Access],
     kind: str,
     output_id: str,
     listeners: list[Callable[[Image], None]],
@@ -51,8 +57,19 @@ async def add_viewer(
     """Read the offer, join the output's shared encode, answer 201 with the viewer's `Location`."""
     offer = await read_offer(request, state)
     viewer, answer = await state.viewers.add(f"{kind[:-1]}/{output_id}", offer, listeners, ended, audio_listeners)
+    principal, access = viewer_of
+    access.owners.set(viewer, principal)  # revoking the credential that opened it ends it
     location = f"/v1/{kind}/{output_id}/whep/{viewer.id}"
     return Response(answer, status_code=201, media_type="application/sdp", headers={"Location": location})
+
+
+def stoppable_viewer(state: ServerState, key: str, viewer_id: str, principal: Principal, access: Access) -> Viewer:
+    """The viewer to stop: any of the output's for its owner or admin, only its own for a viewer token."""
+    viewer = state.viewers.get(key, viewer_id)
+    ownership = access.owners.of(viewer)
+    if principal.kind == "viewer" and (ownership is None or ownership.credential != principal.credential):
+        raise ViewerNotFound(viewer_id)
+    return viewer
 
 
 def listing(state: ServerState, key: str) -> dict[str, object]:
@@ -67,7 +84,7 @@ def listing(state: ServerState, key: str) -> dict[str, object]:
 async def view_session(
     session_id: OutputId,
     request: Request,
-    principal: SessionsUser,
+    principal: SessionsViewer,
     access: AccessDep,
     state: StateDep,
     sessions: SessionsDep,
@@ -75,7 +92,14 @@ async def view_session(
     """Body: the viewer's SDP offer (`Content-Type: application/sdp`, ICE gathering complete, H.264)."""
     session = owned_session(sessions, session_id, principal, access)
     return await add_viewer(
-        request, state, "sessions", session.id, session.output_listeners, session.closed, session.audio.outputs
+        request,
+        state,
+        (principal, access),
+        "sessions",
+        session.id,
+        session.output_listeners,
+        session.closed,
+        session.audio.outputs,
     )
 
 
@@ -90,13 +114,13 @@ async def session_viewers(
 async def stop_session_viewer(
     session_id: OutputId,
     viewer_id: ViewerId,
-    principal: SessionsUser,
+    principal: SessionsViewer,
     access: AccessDep,
     state: StateDep,
     sessions: SessionsDep,
 ) -> Response:
     session = owned_session(sessions, session_id, principal, access)
-    await state.viewers.get(f"session/{session.id}", viewer_id).request_close()
+    await stoppable_viewer(state, f"session/{session.id}", viewer_id, principal, access).request_close()
     return Response(status_code=200)
 
 
@@ -104,14 +128,16 @@ async def stop_session_viewer(
 async def view_stream(
     stream_id: OutputId,
     request: Request,
-    principal: StreamsUser,
+    principal: StreamsViewer,
     access: AccessDep,
     state: StateDep,
     streams: StreamsDep,
 ) -> Response:
     """Body: the viewer's SDP offer, as for sessions."""
     stream = owned_stream(streams, stream_id, principal, access)
-    return await add_viewer(request, state, "streams", stream.id, stream.output_listeners, stream.ended)
+    return await add_viewer(
+        request, state, (principal, access), "streams", stream.id, stream.output_listeners, stream.ended
+    )
 
 
 @router.get("/v1/streams/{stream_id}/whep")
@@ -125,11 +151,11 @@ async def stream_viewers(
 async def stop_stream_viewer(
     stream_id: OutputId,
     viewer_id: ViewerId,
-    principal: StreamsUser,
+    principal: StreamsViewer,
     access: AccessDep,
     state: StateDep,
     streams: StreamsDep,
 ) -> Response:
     stream = owned_stream(streams, stream_id, principal, access)
-    await state.viewers.get(f"stream/{stream.id}", viewer_id).request_close()
+    await stoppable_viewer(state, f"stream/{stream.id}", viewer_id, principal, access).request_close()
     return Response(status_code=200)

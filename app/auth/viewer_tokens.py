@@ -1,0 +1,117 @@
+"""Viewer tokens: `vt_<id>_<secret>`, minted by an output's owner for one output (a session's or a stream's
+swapped video), good only for that output's WHEP endpoint and viewer page. They can go into an OBS Browser
+Source URL or a proxy's log without giving away anything but the picture: no listing, no switching, no RTSP
+login, no TURN.
+
+Kept like API keys (an id to find the record, a salt and the SHA-256 of salt + secret; the secret is shown
+once), in memory: a token lives as long as its output, is revoked with `DELETE`, and ends with the credential
+that minted it.
+"""
+
+import hashlib
+import hmac
+import re
+import secrets
+import threading
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from app.auth.principal import Principal
+
+VIEWER_PREFIX = "vt_"
+SECRET_BYTES = 32
+TOKEN_PATTERN = re.compile(r"^vt_([0-9a-f]{16})_([A-Za-z0-9_-]{43})$")
+MAX_PER_OUTPUT = 16
+_DUMMY_SALT = bytes(16)
+_DUMMY_HASH = hashlib.sha256(_DUMMY_SALT + b"x" * 43).hexdigest()
+
+
+class TooManyViewerTokens(Exception):
+    """An output already has `MAX_PER_OUTPUT` tokens: revoke one first."""
+
+
+@dataclass(frozen=True)
+class ViewerToken:
+    id: str
+    output: str  # `session/ID` or `stream/ID`
+    owner: str  # the output's owner
+    minted_by: str  # the credential that minted it: revoking that credential revokes this token
+    salt: str
+    hash: str
+    created: str
+
+    @property
+    def credential(self) -> str:
+        return f"viewer:{self.id}"
+
+    def public(self) -> dict[str, str]:
+        return {"id": self.id, "output": self.output, "created": self.created}
+
+
+def _hash(salt: bytes, secret: str) -> str:
+    return hashlib.sha256(salt + secret.encode("ascii")).hexdigest()
+
+
+class ViewerTokens:
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._tokens: dict[str, ViewerToken] = {}
+
+    def mint(self, output: str, owner: str, minted_by: Principal) -> tuple[ViewerToken, str]:
+        """A new token for `output`; returns its record and the token, which is not stored."""
+        token_id = secrets.token_hex(8)
+        secret = secrets.token_urlsafe(SECRET_BYTES)
+        salt = secrets.token_bytes(16)
+        record = ViewerToken(
+            id=token_id,
+            output=output,
+            owner=owner,
+            minted_by=minted_by.credential,
+            salt=salt.hex(),
+            hash=_hash(salt, secret),
+            created=datetime.now(UTC).isoformat(timespec="seconds"),
+        )
+        with self._lock:
+            if sum(1 for t in self._tokens.values() if t.output == output) >= MAX_PER_OUTPUT:
+                raise TooManyViewerTokens(f"{output} has {MAX_PER_OUTPUT} viewer tokens already: revoke one first")
+            self._tokens[token_id] = record
+        return record, f"{VIEWER_PREFIX}{token_id}_{secret}"
+
+    def verify(self, token: str) -> Principal | None:
+        """The viewer principal this token stands for, or None. Constant time in the secret."""
+        match = TOKEN_PATTERN.match(token)
+        token_id, secret = (match.group(1), match.group(2)) if match else ("", "x" * 43)
+        with self._lock:
+            record = self._tokens.get(token_id)
+        salt = bytes.fromhex(record.salt) if record else _DUMMY_SALT
+        same = hmac.compare_digest(_hash(salt, secret), record.hash if record else _DUMMY_HASH)
+        if record is None or not same:
+            return None
+        return Principal(record.credential, "viewer", frozenset(), record.credential, record.output)
+
+    def of_output(self, output: str) -> list[ViewerToken]:
+        with self._lock:
+            return sorted((t for t in self._tokens.values() if t.output == output), key=lambda t: (t.created, t.id))
+
+    def get(self, output: str, token_id: str) -> ViewerToken | None:
+        with self._lock:
+            record = self._tokens.get(token_id)
+        return record if record is not None and record.output == output else None
+
+    def revoke(self, token_id: str) -> ViewerToken | None:
+        with self._lock:
+            return self._tokens.pop(token_id, None)
+
+    def revoke_minted_by(self, credentials: set[str]) -> list[ViewerToken]:
+        """Revoke every token minted with one of `credentials`; returns them."""
+        with self._lock:
+            gone = [t for t in self._tokens.values() if t.minted_by in credentials]
+            for record in gone:
+                del self._tokens[record.id]
+        return gone
+
+    def forget_output(self, output: str) -> None:
+        """The output ended: its tokens go with it."""
+        with self._lock:
+            for record in [t for t in self._tokens.values() if t.output == output]:
+                del self._tokens[record.id]

@@ -87,3 +87,60 @@ def test_slow_clients_are_capped_and_cut_off_while_healthz_answers(
             started = time.monotonic()
             assert _closed_by_server(idle, 4.0)
             assert time.monotonic() - started < 2.5
+
+
+def _raw_request(port: int, head: bytes, body: bytes = b"", chunk: int = 64 * 1024) -> bytes:
+    """Send `head` (and `body`) in chunks over a raw socket, stopping if the server answers or closes; the
+    server's first bytes."""
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as conn:
+        data = head + body
+        try:
+            for start in range(0, len(data), chunk):
+                conn.sendall(data[start : start + chunk])
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # the server answered and closed mid-send
+        conn.settimeout(10)
+        reply = b""
+        try:
+            while b"\r\n\r\n" not in reply:
+                part = conn.recv(4096)
+                if not part:
+                    break
+                reply += part
+        except ConnectionResetError:
+            pass
+        return reply
+
+
+@pytest.mark.slow
+def test_a_header_block_over_the_cap_gets_431_before_it_is_read(
+    tmp_path: Path, pipeline_factory: Callable[[PipelineSettings], FramePipeline]
+) -> None:
+    settings = server_settings(tmp_path / "identities", max_header_bytes=16 * 1024, warmup=False)
+    with start_server(settings, pipeline_factory, wait_ready=False) as server:
+        port = server.port
+        line = b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+        under = _raw_request(port, line + b"X-Fill: " + b"a" * (15 * 1024) + b"\r\n\r\n")
+        assert under.startswith(b"HTTP/1.1 200"), under[:80]
+        # One huge header (the probe sent 64 MB): answered 431 long before it is all sent.
+        huge = _raw_request(port, line + b"X-Huge: ", b"a" * (8 * 1024 * 1024))
+        assert huge.startswith(b"HTTP/1.1 431"), huge[:80]
+        # Many headers adding up, and a header block that never ends.
+        many = b"".join(b"X-H%d: %s\r\n" % (i, b"b" * 100) for i in range(400))
+        assert _raw_request(port, line + many + b"\r\n").startswith(b"HTTP/1.1 431")
+        # A large body behind small headers is the body limit's business, not the header cap's.
+        body = b"x" * (200 * 1024)
+        post = (
+            b"POST /v1/sessions?identity=x HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/sdp\r\n"
+            b"X-Swapcast: 1\r\nContent-Length: %d\r\n\r\n" % len(body)
+        )
+        assert not _raw_request(port, post, body).startswith(b"HTTP/1.1 431")
+        # Keep-alive: a second request on the same connection is measured afresh.
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as conn:
+            small = line + b"X-Fill: " + b"c" * (10 * 1024) + b"\r\n\r\n"
+            for _ in range(3):
+                conn.sendall(small)
+                reply = b""
+                while b'"alive"' not in reply:
+                    reply += conn.recv(4096)
+                assert reply.startswith(b"HTTP/1.1 200")

@@ -9,6 +9,7 @@ import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from aiortc import RTCPeerConnection, RTCSessionDescription
@@ -16,6 +17,8 @@ from aiortc.sdp import SessionDescription
 from fastapi.testclient import TestClient
 from pydantic import ValidationError
 
+from app.auth.keys import KeyStore
+from app.auth.settings import AccessSettings
 from app.media.advertise import advertise_host_candidates
 from app.server.app import create_app
 from app.server.ice import IceSettings, mint_turn_credential
@@ -95,11 +98,40 @@ def test_ice_servers_route_mints_turn_credentials_per_call(tmp_path: Path, monke
     assert stun == {"urls": ["stun:stun.example.org:3478"]}
     assert turn["urls"] == ["turn:turn.example.org:3478?transport=udp"]
     expiry, label = turn["username"].split(":", 1)
-    assert label == "swapcast" and 3500 <= int(expiry) - time.time() <= 3600
-    assert (turn["username"], turn["credential"]) == mint_turn_credential(
-        SECRET, "swapcast", 3600, now=int(expiry) - 3600
-    )
+    assert label == "local" and 3500 <= int(expiry) - time.time() <= 3600  # local mode's one principal
+    assert (turn["username"], turn["credential"]) == mint_turn_credential(SECRET, "local", 3600, now=int(expiry) - 3600)
     assert body["ttl_s"] == 3600
+
+
+def test_turn_credentials_name_their_principal_and_minting_is_rate_limited(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("SWAPCAST_TURN_URLS", '["turn:turn.example.org:3478?transport=udp"]')
+    monkeypatch.setenv("SWAPCAST_TURN_SECRET", SECRET)
+    keys_file = tmp_path / "keys.json"
+    store = KeyStore(keys_file)
+    alice, bob = (store.create(name, ["sessions"])[1] for name in ("alice", "bob"))
+    settings = server_settings(
+        tmp_path,
+        access=AccessSettings(keys_file=keys_file, auth_failure_delay_s=0.0),
+        rate_credentials="3/minute",
+    )
+    with TestClient(create_app(settings, _no_models), base_url="http://127.0.0.1") as client:  # type: ignore[arg-type]
+
+        def mint(key: str) -> Any:
+            return client.get("/v1/ice-servers", headers={"Authorization": f"Bearer {key}"})
+
+        labels = [mint(key).json()["iceServers"][0]["username"].split(":", 1)[1] for key in (alice, bob)]
+        assert labels == ["key-alice", "key-bob"]
+        # The third credential minted from this address within the minute is the last, whoever asks.
+        assert [mint(alice).status_code, mint(alice).status_code] == [200, 429]
+        assert "too many credentials" in mint(bob).json()["detail"]
+
+
+def test_turn_credential_lifetimes_are_capped() -> None:
+    with pytest.raises(ValidationError, match="longer than SWAPCAST_TURN_TTL_MAX_H"):
+        IceSettings(turn_ttl_s=13 * 3600)
+    with pytest.raises(ValidationError):
+        IceSettings(turn_ttl_max_h=7 * 24)
+    assert IceSettings(turn_ttl_s=20 * 3600, turn_ttl_max_h=24).turn_ttl_s == 20 * 3600
 
 
 def test_turn_settings_are_checked() -> None:

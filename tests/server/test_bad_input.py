@@ -218,3 +218,27 @@ def test_fuzzed_requests_never_get_a_5xx(
             assert http.get("/readyz").status_code == 200
         assert len(server.state.sessions or []) == 0
     assert sum(v for k, v in statuses.items() if 400 <= k < 500) >= 300, statuses
+
+
+def test_audio_settings_outside_their_documented_ranges_get_422_and_the_delay_never_goes_negative(
+    server: RunningServer, identity: str, offer: str
+) -> None:
+    base = server.base_url
+    created = httpx.post(f"{base}/v1/sessions?identity={identity}", content=offer, headers=SDP)
+    assert created.status_code == 201, created.text
+    audio = f"{base}{created.headers['location']}/audio"
+    try:
+        for body in (
+            {"offset_ms": -1001},
+            {"offset_ms": 1001},
+            {"offset_ms": True},
+            {"offset_ms": 1.5},
+            {"enabled": 1},
+        ):
+            answer = httpx.patch(audio, json=body, headers=PAGE_HEADERS)
+            assert answer.status_code == 422, (body, answer.text)
+        earliest = httpx.patch(audio, json={"offset_ms": -1000}, headers=PAGE_HEADERS)
+        assert earliest.status_code == 200 and earliest.json()["offset_ms"] == -1000
+        assert earliest.json()["delay_ms"] == 0.0
+    finally:
+        httpx.delete(f"{base}{created.headers['location']}", headers=PAGE_HEADERS)

@@ -5,7 +5,9 @@ output's login is refused by gst-rtsp-server (Digest authentication); the owner'
 from __future__ import annotations
 
 import asyncio
+import socket
 import subprocess
+import time
 from collections.abc import Callable
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
@@ -129,3 +131,59 @@ def test_a_sessions_rtsp_output_plays_only_with_its_login(
         assert urlsplit(url).password
         assert anonymous.returncode != 0 and "401 Unauthorized" in anonymous.stderr
         assert owner.returncode == 0 and owner.stdout.strip().startswith("stream,h264,"), owner.stderr
+
+
+def describe(port: int, path: str, conn: socket.socket, authorization: str | None = None) -> tuple[str, float]:
+    """One raw RTSP DESCRIBE on `conn`: the answer's status line (with whether it carries a challenge), and
+    how long the answer took."""
+    request = f"DESCRIBE rtsp://127.0.0.1:{port}{path} RTSP/1.0\r\nCSeq: 1\r\nAccept: application/sdp\r\n"
+    if authorization:
+        request += f"Authorization: {authorization}\r\n"
+    started = time.monotonic()
+    conn.sendall((request + "\r\n").encode())
+    reply = conn.recv(4096).decode(errors="replace")
+    challenge = " + challenge" if "WWW-Authenticate: Digest" in reply else ""
+    return reply.split("\r\n", 1)[0] + challenge, time.monotonic() - started
+
+
+@pytest.mark.slow
+def test_unknown_paths_answer_like_protected_ones_and_failed_logins_slow_down(
+    tmp_path: Path,
+    pipeline_factory: Callable[[PipelineSettings], FramePipeline],
+    tom_png: bytes,
+    clip: MotionClip,
+) -> None:
+    video = tmp_path / "camera.mp4"
+    write_clip(MotionClip(clip.frames[:15], clip.matrices[:15], clip.fps), video, audio_tone_hz=None)
+    settings = server_settings(
+        tmp_path / "identities",
+        access=AccessSettings(auth_failure_delay_s=0.2, auth_failure_delay_max_s=2.0),
+        rtsp_enabled=True,
+        rtsp_port=0,
+        allow_file_sources=True,
+    )
+    with start_server(settings, pipeline_factory) as server:
+        base = server.base_url
+        identity = upload(base, tom_png).json()["id"]
+        created = httpx.post(f"{base}/v1/streams", json={"source_url": str(video), "identity": identity})
+        assert created.status_code == 201, created.text
+        url = urlsplit(created.json()["rtsp_url"])
+        port = url.port or 554
+        # No existence oracle: a published path, an unpublished one shaped like it, and anything else answer
+        # the same 401 with the same challenge.
+        answers = set()
+        for path in (url.path, "/stream/" + "0" * 32, "/session/nope", "/anything/else", "/"):
+            with socket.create_connection(("127.0.0.1", port), timeout=10) as conn:
+                answers.add(describe(port, path, conn)[0])
+        assert answers == {"RTSP/1.0 401 Unauthorized + challenge"}
+        assert "401 Unauthorized" in ffprobe(f"rtsp://127.0.0.1:{port}/stream/not-a-stream").stderr
+
+        # Failed logins from one address wait longer each time (0.2 s per failure in the last minute).
+        wrong = f'Digest username="{url.username}", realm="swapcast", nonce="x", uri="{url.path}", response="0"'
+        with socket.create_connection(("127.0.0.1", port), timeout=30) as conn:
+            first, _ = describe(port, url.path, conn)  # the challenge every client gets first: not a failure
+            waits = [describe(port, url.path, conn, wrong)[1] for _ in range(4)]
+        assert first.startswith("RTSP/1.0 401")
+        assert waits[0] >= 0.15 and waits[-1] >= 0.7 and waits == sorted(waits), waits
+        played = ffprobe(created.json()["rtsp_url"])  # the owner's URL still plays
+        assert played.returncode == 0, played.stderr

@@ -113,3 +113,47 @@ def test_schema_fuzzing_finds_no_5xx_and_no_schema_violation(server_url: str) ->
                 statuses += fuzz(operation, mode, server_url, deadline)
     assert len(statuses) >= 400
     assert set(statuses) >= {200, 400, 404, 415, 422}
+
+
+# The query map is parsed in the route, outside FastAPI's own validation: fuzzed on its own (ids of every length,
+# separators in odd places, thresholds out of range or of the wrong type).
+_MAP_VALUES = st.one_of(
+    st.text(max_size=200),
+    st.builds(lambda a, b: f"{a}:{b}", st.text(max_size=120), st.text(max_size=120)),
+    st.builds(lambda n: f"{'p' * n}:{'i' * n}", st.integers(0, 200)),
+)
+_THRESHOLDS = st.one_of(
+    st.none(), st.sampled_from(["-1", "true", "nan", "inf", "0.29", "1.01", "0.5", "x"]), st.text(max_size=8)
+)
+
+
+@pytest.mark.slow
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(values=st.lists(_MAP_VALUES, max_size=18), threshold=_THRESHOLDS)
+def test_the_query_map_and_threshold_never_get_a_5xx(server_url: str, values: list[str], threshold: str | None) -> None:
+    params: list[tuple[str, str]] = [("map", v) for v in values]
+    if threshold is not None:
+        params.append(("match_threshold", threshold))
+    response = httpx.post(
+        f"{server_url}/v1/sessions", params=params, content=b"v=0\r\n", headers={"Content-Type": "application/sdp"}
+    )
+    assert response.status_code < 500, (params, response.text)
+    assert isinstance(response.json()["detail"], str)
+
+
+def test_a_map_id_over_64_characters_or_a_threshold_out_of_range_is_422(server_url: str) -> None:
+    sdp = {"Content-Type": "application/sdp"}
+    for query in (
+        f"map={'p' * 65}:x",
+        f"map=x:{'i' * 65}",
+        "map=a:b&match_threshold=-1",
+        "map=a:b&match_threshold=0.1",
+    ):
+        answer = httpx.post(f"{server_url}/v1/sessions?{query}", content=b"v=0\r\n", headers=sdp)
+        assert answer.status_code == 422, (query, answer.text)
+    long_id = httpx.post(f"{server_url}/v1/sessions?map={'p' * 65}:x", content=b"v=0\r\n", headers=sdp)
+    assert long_id.json()["detail"] == "map entry 1: identity ids are 1 to 64 characters"
+    for threshold in (-1, True, 0.29, 1.5):
+        body = {"source_url": "rtsp://cam/x", "map": [{"person": "a", "identity": "b"}], "match_threshold": threshold}
+        answer = httpx.post(f"{server_url}/v1/streams", json=body)
+        assert answer.status_code == 422 and "match_threshold" in answer.json()["detail"], (threshold, answer.text)

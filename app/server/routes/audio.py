@@ -3,7 +3,7 @@
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Path
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, StrictBool, StrictInt
 
 from app.auth.guard import AccessDep, SessionsUser
 from app.media.audio_sync import MAX_OFFSET_MS
@@ -16,8 +16,11 @@ SessionId = Annotated[str, Path(min_length=1, max_length=64)]
 
 
 class AudioSettings(BaseModel):
-    enabled: bool | None = None
-    offset_ms: int | None = Field(None, ge=-MAX_OFFSET_MS, le=MAX_OFFSET_MS)
+    """Strict types: JSON `true` is not an offset of 1 ms, nor `1` a switch."""
+
+    enabled: StrictBool | None = None
+    # Added to the video's measured latency; the delay applied stays within 0 and 2 s (`GET` shows it).
+    offset_ms: StrictInt | None = Field(None, ge=-MAX_OFFSET_MS, le=MAX_OFFSET_MS)
 
 
 @router.get("/{session_id}/audio")

@@ -65,9 +65,9 @@ def swap_file(
         probe(target)  # a corrupt or non-video target fails here, before models load
     else:
         target_image = read_image(target)
-    from app.provenance.c2pa_files import mime_of, sign_file, signing_configured
     from app.provenance.owner import cli_owner
     from app.provenance.service import Provenance
+    from app.provenance_files.c2pa_files import mime_of, sign_file, signing_configured
 
     provenance = Provenance()
     owner = cli_owner(owner, provenance.settings.owner)

@@ -2,6 +2,8 @@
 
 * `engines/` (the model supply chain) never imports `app/`;
 * only the CLI (`app/cli.py` and `app/commands/`) imports `app.commands`: use-cases live below the edges;
+* `app.provenance` (the mark an output stage embeds) never imports `app.media`, which imports it: file tools
+  built on media (C2PA manifests, scans) live above both, in `app.provenance_files`;
 * no import cycles among the modules of `app/` and `engines/`. Imports inside functions count too: a lazy
   import hides a cycle from the interpreter, not from a reader. Imports under `if TYPE_CHECKING:` do not
   count (they never run).
@@ -131,6 +133,18 @@ def test_only_the_cli_imports_the_commands(graph: Graph) -> None:
 
     outside = sorted((a, b) for a, b in edges(graph) if _in(b, "app.commands") and not cli(a))
     assert outside == []
+
+
+def test_the_mark_sits_below_media(graph: Graph) -> None:
+    upward = sorted((a, b) for a, b in edges(graph) if _in(a, "app.provenance") and _in(b, "app.media"))
+    assert upward == []
+
+
+def test_media_and_provenance_never_import_each_other_both_ways(graph: Graph) -> None:
+    def reaches(source: str, target: str) -> bool:
+        return any(_in(a, source) and _in(b, target) for a, b in edges(graph))
+
+    assert not (reaches("app.media", "app.provenance") and reaches("app.provenance", "app.media"))
 
 
 def test_no_import_cycles(graph: Graph) -> None:

@@ -7,21 +7,17 @@ swapcast engines distill-swap --out DIR [--teacher reference_swapper_narrow] [--
 swapcast engines report --data DIR --out DIR --teacher MODEL --variant NAME=FILE ...
 
 The face crops come from the sample photos installed packages ship (see `app.media.clips.sample_faces`),
-with faces found by the RetinaFace detector; whole photos are held out for evaluation.
+with faces found by the RetinaFace detector; whole photos are held out for evaluation. This module parses the
+arguments and prints; the jobs themselves are in `app.engine_jobs`.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import logging
-import os
 import sys
-from dataclasses import asdict
+from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from app.commands.arguments import (
     fractions,
@@ -33,16 +29,9 @@ from app.commands.arguments import (
     unit_fraction,
 )
 from app.errors import UserError
-from app.model_store import open_model_store
 
 if TYPE_CHECKING:
-    from torch import nn
-
-    from engines.distill import DistillConfig, SourceImage, SRSet
-    from engines.store import ModelStore
-    from engines.swap_student import AlignedCrop
-
-log = logging.getLogger(__name__)
+    from engines.distill import DistillConfig
 
 DEFAULT_TEACHER = "realesrgan_x4plus"
 DEFAULT_HELDOUT = "astronaut,tom_hanks"
@@ -131,98 +120,11 @@ def _training(p: argparse.ArgumentParser, *, batch: int, lr: float, alpha: float
     p.add_argument("--no-resume", action="store_true", help="ignore a checkpoint left in the output folder")
 
 
-# -- helpers --------------------------------------------------------------------------------------------
-
-
-def model_path(spec: str, store: ModelStore) -> Path:
-    """An ONNX file given by path, or a model the store imports or builds."""
-    path = Path(spec).expanduser()
-    if path.suffix == ".onnx" or path.exists():
-        if not path.is_file():
-            raise UserError(f"model file {path} does not exist")
-        return path
-    from engines.registry import get_entry
-
-    get_entry(spec)  # a clear error for an unknown name
-    return store.ensure(spec)
+# -- argument handling ----------------------------------------------------------------------------------
 
 
 def _names(text: str) -> list[str]:
     return [n.strip() for n in text.split(",") if n.strip()]
-
-
-def _write_json(path: Path, data: Any) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(data, indent=2, default=str) + "\n", encoding="utf-8")
-
-
-def _read_json(path: Path) -> dict[str, Any]:
-    try:
-        data: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise UserError(f"cannot read {path} ({exc}); make the folder with `swapcast engines dataset`") from None
-    return data
-
-
-def _photos(names: list[str] | None) -> dict[str, np.ndarray]:
-    """Sample photos as RGB arrays, by name."""
-    from app.media.clips import load_sample, sample_faces
-
-    available = sample_faces()
-    wanted = names if names is not None else sorted(available)
-    return {name: np.ascontiguousarray(load_sample(name)[:, :, ::-1]) for name in wanted}
-
-
-def _detect(photos: dict[str, np.ndarray], threads: int, store: ModelStore) -> dict[str, list[Any]]:
-    """Faces (app.pipeline.types.Face) found in each RGB photo."""
-    from app.pipeline.detect import DetectorConfig, RetinaFaceDetector
-    from app.runtime.onnx import OnnxModel
-
-    model = OnnxModel(store.ensure("retinaface_mnet025"), threads=threads)
-    detector = RetinaFaceDetector(model, DetectorConfig(refine_landmarks=True))
-    return {name: detector.process([np.ascontiguousarray(rgb[:, :, ::-1])])[0] for name, rgb in photos.items()}
-
-
-def face_sources(photos: dict[str, np.ndarray], threads: int, store: ModelStore) -> list[SourceImage]:
-    """The photos with their face boxes; a photo where no face is found (a tight crop such as the Tom Hanks
-    sample) counts as one face filling the frame."""
-    from engines.distill import SourceImage
-
-    found = _detect(photos, threads, store)
-    sources = []
-    for name, rgb in photos.items():
-        boxes = tuple(tuple(float(v) for v in face.box) for face in found[name])
-        if not boxes:
-            h, w = rgb.shape[:2]
-            boxes = ((0.0, 0.0, float(w), float(h)),)
-        sources.append(SourceImage(name, rgb, boxes))  # type: ignore[arg-type]
-    return sources
-
-
-def aligned_crops(photos: dict[str, np.ndarray], threads: int, store: ModelStore) -> list[AlignedCrop]:
-    """arcface_128 crops (RGB) of every face found in the photos."""
-    from app.pipeline.align import AlignSpec, estimate_matrix, warp_crop
-    from engines.swap_student import AlignedCrop
-
-    spec = AlignSpec("arcface_128", 128)
-    found = _detect(photos, threads, store)
-    crops = []
-    for name, rgb in photos.items():
-        bgr = np.ascontiguousarray(rgb[:, :, ::-1])
-        for face in found[name]:
-            crop = warp_crop(bgr, estimate_matrix(face.landmarks, spec), spec.size)
-            crops.append(AlignedCrop(name, np.ascontiguousarray(crop[:, :, ::-1])))
-    return crops
-
-
-def _scale_of(path: Path, threads: int) -> int:
-    from engines.distill import run_teacher
-
-    probe = np.zeros((1, 3, 8, 8), np.float32)
-    out = run_teacher(path, {"input": probe}, threads=threads, progress=False)
-    if out.shape[2] % 8:
-        raise UserError(f"{path.name} does not upscale by a whole factor ({out.shape[2]} from 8)")
-    return out.shape[2] // 8
 
 
 def _config(args: argparse.Namespace) -> DistillConfig:
@@ -240,308 +142,141 @@ def _config(args: argparse.Namespace) -> DistillConfig:
     )
 
 
-def _load_data(folder: Path, name: str) -> SRSet:
-    from engines.distill import load_set
-
-    path = folder / f"{name}.npz"
-    if not path.is_file():
-        raise UserError(f"{path} is missing; make the folder with `swapcast engines dataset`")
-    return load_set(path)
-
-
-def _export(net: nn.Module, path: Path, meta: dict[str, str]) -> float:
-    from engines.export import export_verified, sample_inputs
-
-    return export_verified(net, path, feeds=sample_inputs(net, size=16, batch=2), metadata=meta)
-
-
-def _cost(path: Path, size: int = 64) -> dict[str, float]:
-    from engines.model_cost import model_cost
-
-    cost = model_cost(path, input_shapes={"input": [1, 3, size, size]})
-    return {"params": cost.params, "gmac": round(cost.gmacs, 3), "input_size": size}
-
-
-def _passive_openmp() -> None:
-    """Make torch's OpenMP workers sleep, not spin, between parallel regions. On a CPU shared with other
-    processes spinning workers steal each other's cores, and training runs several times slower. Only
-    effective before torch is first imported, so every command calls this first."""
-    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-
-
-def _set_threads(threads: int) -> None:
-    _passive_openmp()
-    import torch
-
-    torch.set_num_threads(threads)
-
-
-# -- commands -------------------------------------------------------------------------------------------
-
-
-def run_dataset(args: argparse.Namespace) -> int:
-    _passive_openmp()
-    from engines.distill import Augment, Degradation, make_sr_set, run_teacher, save_set, split_by_image
-
-    store = open_model_store()
-    teacher = model_path(args.teacher, store)
-    scale = _scale_of(teacher, args.threads)
-    photos = _photos(_names(args.photos) if args.photos else None)
-    sources = face_sources(photos, args.threads, store)
-    train_photos, heldout_photos = split_by_image(sources, _names(args.heldout))
-    progress = not args.no_progress
-    common = {"lr_size": args.lr_size, "scale": scale}
-    train = make_sr_set(
-        train_photos, args.train_count, seed=args.seed, augment=Augment(), degradation=Degradation(), **common
-    )
-    heldout = make_sr_set(heldout_photos, args.heldout_count, seed=args.seed + 1, **common)
-    scan = make_sr_set(heldout_photos, args.scan_count, seed=args.seed + 2, **common)
-    train.teacher = run_teacher(teacher, {"input": train.lr}, threads=args.threads, progress=progress)
-    heldout.teacher = run_teacher(teacher, {"input": heldout.lr}, threads=args.threads, progress=progress)
-    out: Path = args.out
-    save_set(out / "train.npz", train)
-    save_set(out / "heldout.npz", heldout)
-    save_set(out / "scan.npz", scan)
-    meta = {
-        "teacher": str(teacher),
-        "scale": scale,
-        "lr_size": args.lr_size,
-        "seed": args.seed,
-        "train_photos": [s.image_id for s in train_photos],
-        "heldout_photos": [s.image_id for s in heldout_photos],
-        "faces": {s.image_id: len(s.faces) for s in sources},
-        "counts": {"train": len(train), "heldout": len(heldout), "scan": len(scan)},
-        "train": "augmented (flip, rotation, zoom-out, colour jitter), degraded (blur, downscale, noise, JPEG)",
-        "heldout": "clean area downscale, no augmentation",
-    }
-    _write_json(out / "dataset.json", meta)
-    print(
-        f"wrote {out}: {len(train)} training crops from {meta['train_photos']}, {len(heldout)} held-out "
-        f"and {len(scan)} scan crops from {meta['heldout_photos']}, x{scale}, teacher {teacher.name}"
-    )
-    return 0
-
-
-def run_prune(args: argparse.Namespace) -> int:
-    _passive_openmp()
-    from engines.distill import distill, run_teacher, save_student, sr_train_data
-    from engines.prune import prune_network
-    from engines.torchnets import load_onnx_net
-
-    _set_threads(args.threads)
-    source = model_path(args.model, open_model_store())
-    meta = _read_json(args.data / "dataset.json")
-    train, scan = _load_data(args.data, "train"), _load_data(args.data, "scan")
-    ratios: tuple[float, ...] = args.ratios
-    net = load_onnx_net(source)
-    progress = not args.no_progress
-    result = prune_network(
-        net,  # type: ignore[arg-type]
-        scan.lr,
-        target=args.target,
-        budget=args.budget,
-        ratios=ratios,
-        heldout_gt=scan.hr,
-        calibration=None if args.no_compensate else train.lr[:32],
-        progress=progress,
-    )
-    name = args.name or f"{source.stem}_pruned"
-    out: Path = args.out
-    out.mkdir(parents=True, exist_ok=True)
-    provenance = {"swapcast.pruned_from": source.name, "swapcast.prune_target": f"{args.target} of {args.budget}"}
-    err = _export(result.net, out / f"{name}.onnx", provenance)
-    save_student(out / f"{name}.pt", result.net, provenance)
-    summary: dict[str, Any] = {
-        "source": str(source),
-        "pruned": str(out / f"{name}.onnx"),
-        "export_max_abs_error": err,
-        "cost_before": _cost(source),
-        "cost_after": _cost(out / f"{name}.onnx"),
-        "plan": result.plan.to_dict(),
-    }
-    before, after = summary["cost_before"], summary["cost_after"]
-    print(
-        f"pruned {source.name}: {before['params'] / 1e6:.2f}M -> {after['params'] / 1e6:.2f}M params, "
-        f"{before['gmac']:.2f} -> {after['gmac']:.2f} GMAC at 64x64; {out / f'{name}.onnx'}"
-    )
-    if args.finetune_steps > 0:
-        args.steps = args.finetune_steps
-        config = _config(args)
-        data = sr_train_data(train)
-        if Path(meta["teacher"]).name != source.name:
-            # Fine-tune from the unpruned model itself, whatever teacher the data set was made with.
-            data.soft = run_teacher(source, {"input": train.lr}, threads=args.threads, progress=progress)
-        trained = distill(
-            result.net, data, config, out / f"{name}_ft.work", resume=not args.no_resume, progress=progress
-        )
-        ft_name = f"{name}_ft"
-        ft_meta = {**provenance, "swapcast.finetune_steps": str(config.steps)}
-        summary["finetuned"] = str(out / f"{ft_name}.onnx")
-        summary["finetune_export_max_abs_error"] = _export(trained.net, out / f"{ft_name}.onnx", ft_meta)
-        save_student(out / f"{ft_name}.pt", trained.net, ft_meta)
-        summary["finetune_losses"] = trained.losses
-        print(
-            f"fine-tuned {config.steps} steps: loss {trained.losses[0][1]:.4f} -> {trained.losses[-1][1]:.4f}; "
-            f"{out / f'{ft_name}.onnx'}"
-        )
-    _write_json(out / f"{name}.json", summary)
-    return 0
-
-
-def _student(args: argparse.Namespace, scale: int) -> nn.Module:
-    from engines.distill import load_student
-    from engines.torchnets import SRVGG, SRVGGSpec, load_onnx_net
-
-    if args.student_from is not None:
-        path: Path = args.student_from
-        if not path.is_file():
-            raise UserError(f"--student-from {path} does not exist")
-        return load_onnx_net(path) if path.suffix == ".onnx" else load_student(path)
-    kind, _, shape = args.student.partition(":")
+def _student_shape(text: str) -> tuple[int, int]:
+    """`srvgg:FEATURESxCONVS` as (features, convolutions)."""
+    kind, _, shape = text.partition(":")
     try:
         feat, convs = (int(v) for v in shape.split("x"))
     except ValueError:
         raise UserError("--student takes srvgg:FEATURESxCONVS, e.g. srvgg:64x16") from None
     if kind != "srvgg" or feat < 1 or convs < 1:
         raise UserError("--student takes srvgg:FEATURESxCONVS, e.g. srvgg:64x16")
-    if scale not in (2, 3, 4):
-        raise UserError(f"an SRVGG student upscales by 2, 3 or 4, the data set needs {scale}")
-    import torch
+    return feat, convs
 
-    torch.manual_seed(args.seed)
-    net = SRVGG(SRVGGSpec.compact(feat, convs, shuffle=scale))
-    if args.init:
-        init = SRVGG.from_onnx(model_path(args.init, open_model_store()))
-        if init.spec != net.spec:
-            raise UserError(f"--init {args.init} is an SRVGG of another shape ({init.spec}) than {net.spec}")
-        net = init
-    return net
+
+def _variant(item: str) -> tuple[str, str]:
+    name, sep, file = item.partition("=")
+    if not sep or not name or not file:
+        raise UserError(f"--variant takes NAME=FILE, got {item!r}")
+    return name, file
+
+
+# -- commands -------------------------------------------------------------------------------------------
+
+
+def run_dataset(args: argparse.Namespace) -> int:
+    from app.engine_jobs.dataset import make_dataset
+
+    out: Path = args.out
+    meta = make_dataset(
+        out,
+        teacher=args.teacher,
+        photo_names=_names(args.photos) if args.photos else None,
+        heldout=_names(args.heldout),
+        lr_size=args.lr_size,
+        train_count=args.train_count,
+        heldout_count=args.heldout_count,
+        scan_count=args.scan_count,
+        seed=args.seed,
+        threads=args.threads,
+        progress=not args.no_progress,
+    )
+    counts = meta["counts"]
+    print(
+        f"wrote {out}: {counts['train']} training crops from {meta['train_photos']}, {counts['heldout']} held-out "
+        f"and {counts['scan']} scan crops from {meta['heldout_photos']}, x{meta['scale']}, "
+        f"teacher {Path(meta['teacher']).name}"
+    )
+    return 0
+
+
+def run_prune(args: argparse.Namespace) -> int:
+    from app.engine_jobs.prune import prune_model
+
+    finetune = replace(_config(args), steps=args.finetune_steps) if args.finetune_steps > 0 else None
+    summary = prune_model(
+        args.data,
+        args.out,
+        model=args.model,
+        name=args.name,
+        target=args.target,
+        budget=args.budget,
+        ratios=args.ratios,
+        compensate=not args.no_compensate,
+        finetune=finetune,
+        resume=not args.no_resume,
+        threads=args.threads,
+        progress=not args.no_progress,
+    )
+    before, after = summary["cost_before"], summary["cost_after"]
+    print(
+        f"pruned {Path(summary['source']).name}: {before['params'] / 1e6:.2f}M -> {after['params'] / 1e6:.2f}M "
+        f"params, {before['gmac']:.2f} -> {after['gmac']:.2f} GMAC at 64x64; {summary['pruned']}"
+    )
+    if finetune is not None:
+        losses = summary["finetune_losses"]
+        print(
+            f"fine-tuned {finetune.steps} steps: loss {losses[0][1]:.4f} -> {losses[-1][1]:.4f}; {summary['finetuned']}"
+        )
+    return 0
 
 
 def run_distill(args: argparse.Namespace) -> int:
-    _passive_openmp()
-    from engines.distill import distill, mean_loss, save_student, sr_train_data
+    from app.engine_jobs.distill import distill_sr
 
-    _set_threads(args.threads)
-    meta = _read_json(args.data / "dataset.json")
-    scale = int(meta["scale"])
-    train = _load_data(args.data, "train")
-    student = _student(args, scale)
-    import torch
-
-    with torch.no_grad():
-        probe = student(torch.zeros(1, 3, 8, 8))
-    if probe.shape[-1] != 8 * scale:
-        raise UserError(f"the student upscales 8 px to {probe.shape[-1]} px; the data set is x{scale}")
-    config = _config(args)
-    data = sr_train_data(train)
-    start_loss = mean_loss(student, data, config)
-    out: Path = args.out
-    progress = not args.no_progress
-    result = distill(student, data, config, out / f"{args.name}.work", resume=not args.no_resume, progress=progress)
-    provenance = {"swapcast.teacher": Path(meta["teacher"]).name, "swapcast.distill_steps": str(config.steps)}
-    err = _export(result.net, out / f"{args.name}.onnx", provenance)
-    save_student(out / f"{args.name}.pt", result.net, provenance)
-    end_loss = mean_loss(result.net, data, config)
-    _write_json(
-        out / f"{args.name}.json",
-        {
-            "student": str(out / f"{args.name}.onnx"),
-            "cost": _cost(out / f"{args.name}.onnx"),
-            "teacher": meta["teacher"],
-            "teacher_cost": _cost(Path(meta["teacher"])),
-            "config": asdict(config),
-            "train_loss_before": start_loss,
-            "train_loss_after": end_loss,
-            "export_max_abs_error": err,
-            "losses": result.losses,
-        },
+    summary = distill_sr(
+        args.data,
+        args.out,
+        name=args.name,
+        student=args.student_from if args.student_from is not None else _student_shape(args.student),
+        init=args.init,
+        config=_config(args),
+        resume=not args.no_resume,
+        progress=not args.no_progress,
     )
-    print(f"distilled {args.name}: training loss {start_loss:.4f} -> {end_loss:.4f}; {out / f'{args.name}.onnx'}")
+    before, after = summary["train_loss_before"], summary["train_loss_after"]
+    print(f"distilled {args.name}: training loss {before:.4f} -> {after:.4f}; {summary['student']}")
     return 0
 
 
 def run_distill_swap(args: argparse.Namespace) -> int:
-    _passive_openmp()
-    from engines.distill import mean_loss
-    from engines.swap_student import (
-        default_student_spec,
-        distill_swapper,
-        new_student,
-        parameter_count,
-        swap_train_data,
-        teacher_emap,
-    )
+    from app.engine_jobs.distill import distill_swap
 
-    _set_threads(args.threads)
-    store = open_model_store()
-    teacher = model_path(args.teacher, store)
-    heldout_names = set(_names(args.heldout))
-    crops = aligned_crops(_photos(None), args.threads, store)
-    train = [c for c in crops if c.image_id not in heldout_names]
-    test = [c for c in crops if c.image_id in heldout_names]
-    if not train or not test:
-        raise UserError(f"need faces both outside and inside the held-out photos {sorted(heldout_names)}")
-    progress = not args.no_progress
-    data = swap_train_data(teacher, train, args.count, seed=args.seed, threads=args.threads, progress=progress)
-    heldout = swap_train_data(
-        teacher, test, max(4, len(test)), seed=args.seed + 1, threads=args.threads, progress=progress, augment=False
+    summary = distill_swap(
+        args.out,
+        teacher=args.teacher,
+        name=args.name,
+        divisor=args.divisor,
+        blocks=args.blocks,
+        count=args.count,
+        heldout=set(_names(args.heldout)),
+        config=_config(args),
+        resume=not args.no_resume,
+        progress=not args.no_progress,
     )
-    spec = default_student_spec(teacher, args.divisor, args.blocks)
-    config = _config(args)
-    student = distill_swapper(
-        teacher, data, args.out, spec=spec, config=config, resume=not args.no_resume, progress=progress, name=args.name
-    )
-    untrained = new_student(spec, teacher_emap(teacher), config.seed)
-    params = parameter_count(student.net)
-    before, after = mean_loss(untrained, heldout, config), mean_loss(student.net, heldout, config)
-    summary = {
-        "teacher": str(teacher),
-        "student": str(student.onnx_path),
-        "student_spec": spec.to_dict(),
-        "student_params": params,
-        "teacher_params": student.teacher_params,
-        "heldout_loss_untrained": before,
-        "heldout_loss_trained": after,
-        "export_max_abs_error": student.export_error,
-        "losses": student.result.losses,
-    }
-    _write_json(args.out / f"{args.name}.json", summary)
-    teacher_text = "?" if student.teacher_params is None else f"{student.teacher_params / 1e6:.2f}M"
+    params, teacher_params = summary["student_params"], summary["teacher_params"]
+    teacher_text = "?" if teacher_params is None else f"{teacher_params / 1e6:.2f}M"
     print(
-        f"swap student {spec.to_dict()}: {params / 1e6:.2f}M params (teacher {teacher_text}); "
-        f"held-out loss {before:.4f} untrained -> {after:.4f}; {student.onnx_path}"
+        f"swap student {summary['student_spec']}: {params / 1e6:.2f}M params (teacher {teacher_text}); "
+        f"held-out loss {summary['heldout_loss_untrained']:.4f} untrained -> "
+        f"{summary['heldout_loss_trained']:.4f}; {summary['student']}"
     )
     return 0
 
 
 def run_report(args: argparse.Namespace) -> int:
-    _passive_openmp()
-    from engines.report import Variant, build_report
+    from app.engine_jobs.report import report_variants
 
-    meta = _read_json(args.data / "dataset.json")
-    heldout = _load_data(args.data, "heldout")
-    store = open_model_store()
-    teacher = model_path(args.teacher, store)
-    if Path(meta["teacher"]).name != teacher.name:
-        heldout.teacher = None  # cached outputs belong to another teacher: run this one
-    variants = []
-    for item in args.variant:
-        name, sep, file = item.partition("=")
-        if not sep or not name or not file:
-            raise UserError(f"--variant takes NAME=FILE, got {item!r}")
-        variants.append(Variant(name, model_path(file, store)))
-    report = build_report(
-        heldout,
-        Variant(teacher.stem, teacher),
-        variants,
+    report = report_variants(
+        args.data,
         args.out,
-        scale=int(meta["scale"]),
-        input_size=args.size,
-        threads=args.threads,
-        latency_runs=args.runs,
-        grid_items=args.grid,
+        teacher=args.teacher,
+        variants=[_variant(item) for item in args.variant],
+        size=args.size,
+        runs=args.runs,
+        grid=args.grid,
         notes=args.notes,
+        threads=args.threads,
         progress=not args.no_progress,
     )
     sys.stdout.write(report.markdown())

@@ -15,7 +15,7 @@ def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None
 def verify(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from app.provenance.c2pa_files import verify_file
+    from app.provenance_files.c2pa_files import verify_file
 
     report = verify_file(Path(args.file), trust_anchors=Path(args.trust_anchors) if args.trust_anchors else None)
     for line in report.lines():

@@ -17,8 +17,8 @@ def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None
 
 
 def detect(args: argparse.Namespace) -> int:
-    from app.provenance.scan import scan
     from app.provenance.service import Provenance
+    from app.provenance_files.scan import scan
 
     provenance = Provenance()
     result = scan(args.source, provenance.code, seconds=args.seconds)

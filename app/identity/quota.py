@@ -3,8 +3,12 @@
 `usage_of(owner)` says what an owner holds now: the store's sum over the identities that owner created.
 """
 
+import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import TypeVar
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -25,6 +29,7 @@ class QuotaExceeded(Exception):
 class IdentityQuota:
     max_count: int
     max_bytes: int
+    _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False, compare=False)
 
     def check(self, usage: Usage, adding_bytes: int = 0) -> None:
         """`QuotaExceeded` when one more identity of `adding_bytes` would not fit."""
@@ -38,6 +43,13 @@ class IdentityQuota:
                 f"identity storage quota reached: {usage.bytes} + {adding_bytes} bytes is over the limit of "
                 f"{self.max_bytes} bytes",
             )
+
+    def create_within(self, usage: Callable[[], Usage], adding_bytes: int, create: Callable[[], T]) -> T:
+        """Check and create as one step (usage read under the lock, `create` run under it), so parallel uploads
+        cannot overshoot the quota."""
+        with self._lock:
+            self.check(usage(), adding_bytes)
+            return create()
 
 
 UsageOf = Callable[[str], Usage]

@@ -25,8 +25,9 @@ import numpy as np
 import numpy.typing as npt
 
 from app.errors import UserError
-from app.media.video_file import OUTPUT_FORMATS, atomic_output, check_writable_destination, read_image
+from app.media.video_file import OUTPUT_FORMATS, check_writable_destination, read_image
 from app.pipeline.types import Image, Matrix
+from engines.atomic import atomic_path
 
 
 @dataclass
@@ -207,7 +208,7 @@ def write_clip(
         raise ValueError(f"yuv420p needs even sizes, the clip is {w}x{h}; use pix_fmt='yuv444p'")
     check_writable_destination(path)
     options = {"movflags": "+faststart"} if faststart and fmt in ("mp4", "mov") else None
-    with atomic_output(path) as tmp, av.open(str(tmp), mode="w", format=fmt, options=options) as out:
+    with atomic_path(path, suffix=path.suffix) as tmp, av.open(str(tmp), mode="w", format=fmt, options=options) as out:
         video = out.add_stream("libx264", rate=clip.fps, options={"crf": str(crf), "preset": "fast"})
         video.width, video.height = w, h
         video.pix_fmt = pix_fmt

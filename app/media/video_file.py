@@ -1,10 +1,11 @@
-"""Video and image files for the offline tools: probing, streaming transcodes and atomic writes.
+"""Video and image files for the offline tools: probing, streaming transcodes and image writes.
 
 A transcode decodes the input with PyAV, hands the frames to a callback a few at a time and
 encodes what comes back as H.264, so memory stays flat however long the video is. Every
 frame keeps its input timestamp, the audio track is copied packet by packet when the output
 container can hold its codec (re-encoded to AAC otherwise), and the result appears at the
-destination path only once it is complete.
+destination path only once it is complete (`engines.atomic`; the temporary name keeps the
+destination's suffix, for writers that pick a format by it).
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from tqdm import tqdm
 
 from app.errors import UserError
 from app.pipeline.types import Image
-from engines.atomic import replace_file
+from engines.atomic import atomic_path
 
 log = logging.getLogger(__name__)
 
@@ -113,28 +114,6 @@ def check_writable_destination(dst: Path) -> None:
         raise UserError(f"cannot write to output directory {parent}: {_reason(exc)}") from None
     os.close(fd)
     probe_path.unlink(missing_ok=True)
-
-
-@contextmanager
-def atomic_output(dst: Path) -> Iterator[Path]:
-    """Yield a temporary path beside `dst`; flush and rename it onto `dst` on success (engines.atomic), delete
-    it on any failure.
-
-    The temporary name keeps `dst`'s suffix so that writers which pick a format by the name still
-    do. The file is created with the usual permissions (0666 less the umask).
-    """
-    tmp = dst.parent / f".{dst.stem}.{secrets.token_hex(6)}.part{dst.suffix}"
-    try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-    except OSError as exc:
-        raise UserError(f"cannot write to output directory {dst.parent}: {_reason(exc)}") from None
-    os.close(fd)
-    try:
-        yield tmp
-        replace_file(tmp, dst)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
 
 
 def _fraction(value: Any) -> Fraction | None:
@@ -476,7 +455,7 @@ def transcode(
     fmt = _output_format(dst)
     info = probe(src)
     started = time.perf_counter()
-    with atomic_output(dst) as tmp, _open_input(src) as container:
+    with atomic_path(dst, suffix=dst.suffix) as tmp, _open_input(src) as container:
         in_video = _video_stream(container, src)
         in_video.thread_type = "AUTO"
         in_audio = container.streams.audio[0] if container.streams.audio else None
@@ -580,7 +559,7 @@ def write_image(path: str | os.PathLike[str], image: Image, *, quality: int = 95
     if not ok:
         raise UserError(f"cannot encode the image as {suffix}")
     check_writable_destination(path)
-    with atomic_output(path) as tmp:
+    with atomic_path(path, suffix=path.suffix) as tmp:
         try:
             tmp.write_bytes(encoded.tobytes())
         except OSError as exc:

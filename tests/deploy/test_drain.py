@@ -2,11 +2,7 @@
 session keeps streaming until it ends (or the drain timeout passes), then the server stops."""
 
 import asyncio
-import os
-import re
 import signal
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable
@@ -19,9 +15,9 @@ from app.bench.rtc_client import RtcClient
 from app.media.clips import MotionClip
 from app.pipeline.pipeline import FramePipeline
 from app.settings import PipelineSettings
+from tests.helpers import ServeProcess
 from tests.server.harness import server_settings, start_server, upload
 
-REPO = Path(__file__).resolve().parents[2]
 # Draining is a state-changing request the operator sends by hand: it carries the non-simple header the
 # cross-site protection asks for.
 OPERATOR = {"X-Swapcast": "1"}
@@ -94,45 +90,16 @@ def test_drain_refuses_new_work_and_waits_for_the_open_session(
 def test_prestop_drain_then_sigterm_keeps_the_session_until_the_drain_timeout(
     tmp_path: Path, model_root: Path, tom_png: bytes, clip: MotionClip
 ) -> None:
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "tests.deploy.loopback_serve",
-            "--port",
-            "0",
-            "--no-rtsp",
-            "--identity-dir",
-            str(tmp_path / "identities"),
-        ],
-        cwd=REPO,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env={
-            **os.environ,
-            "SWAPCAST_MODEL_DIR": str(model_root),
-            "PYTHONPATH": str(REPO),
-            "SWAPCAST_DRAIN_TIMEOUT_S": "4",
-            "SWAPCAST_PUBLIC_BASE_URL": "http://replica-1.example:8000",
-        },
+    serve = ServeProcess(
+        "tests.deploy.loopback_serve",
+        ["--port", "0", "--no-rtsp", "--identity-dir", str(tmp_path / "identities")],
+        model_root,
+        SWAPCAST_DRAIN_TIMEOUT_S="4",
+        SWAPCAST_PUBLIC_BASE_URL="http://replica-1.example:8000",
     )
-    lines: list[str] = []
-    ready = threading.Event()
-
-    def read() -> None:
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            lines.append(line.rstrip("\n"))
-            if line.startswith("ready:"):
-                ready.set()
-
-    threading.Thread(target=read, daemon=True).start()
+    proc = serve.proc
     try:
-        assert ready.wait(90), lines
-        match = re.search(r"http://127\.0\.0\.1:\d+", lines[0])
-        assert match, lines
-        base = match.group(0)
+        base = serve.wait_ready().base_url
         identity = upload(base, tom_png, "tom.png").json()["id"]
 
         async def run() -> float:

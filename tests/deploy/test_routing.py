@@ -4,13 +4,10 @@ SIGTERM keeps its open session to the end while new sessions go to the other."""
 
 import asyncio
 import os
-import re
 import shutil
 import signal
 import socket
 import subprocess
-import sys
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,41 +17,24 @@ import pytest
 
 from app.bench.rtc_client import RtcClient
 from app.media.clips import MotionClip
+from tests.helpers import ServeProcess
 from tests.server.harness import upload
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow
 
 
-class Replica:
+class Replica(ServeProcess):
     def __init__(self, name: str, identity_dir: Path, model_root: Path) -> None:
         self.name = name
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "tests.deploy.loopback_serve", "--port", "0", "--no-rtsp",
-             "--identity-dir", str(identity_dir), "--max-sessions", "2"],
-            cwd=ROOT,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            text=True,
-            env={**os.environ, "SWAPCAST_MODEL_DIR": str(model_root), "PYTHONPATH": str(ROOT),
-                 "SWAPCAST_DRAIN_TIMEOUT_S": "60"},
-        )  # fmt: skip
-        self.lines: list[str] = []
-        self.ready = threading.Event()
-        threading.Thread(target=self._read, daemon=True).start()
-
-    def _read(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            self.lines.append(line.rstrip("\n"))
-            if line.startswith("ready:"):
-                self.ready.set()
+        args = ["--port", "0", "--no-rtsp", "--identity-dir", str(identity_dir), "--max-sessions", "2"]
+        super().__init__(
+            "tests.deploy.loopback_serve", args, model_root, stderr=subprocess.DEVNULL, SWAPCAST_DRAIN_TIMEOUT_S="60"
+        )
 
     @property
     def address(self) -> str:
-        match = re.search(r"http://(127\.0\.0\.1:\d+)", self.lines[0])
-        assert match, self.lines
-        return match.group(1)
+        return self.base_url.removeprefix("http://")
 
     def stop(self) -> None:
         if self.proc.poll() is None:
@@ -77,7 +57,7 @@ def cluster(tmp_path: Path, model_root: Path) -> Iterator[tuple[str, Replica, Re
     router = None
     try:
         for replica in replicas:
-            assert replica.ready.wait(120), replica.lines
+            replica.wait_ready(120)
         bind = f"127.0.0.1:{_free_port()}"
         env = {**os.environ, "SWAPCAST_ROUTER_BIND": bind, "SWAPCAST_MEDIA_1": replicas[0].address,
                "SWAPCAST_MEDIA_2": replicas[1].address}  # fmt: skip

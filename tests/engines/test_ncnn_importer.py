@@ -20,6 +20,7 @@ from engines.errors import ModelError
 from engines.importers import realesrgan
 from engines.importers.ncnn import TAG_FLOAT16, convert_ncnn_to_onnx
 from engines.importers.realesrgan import REALESRGAN_VARIANTS, import_realesrgan, ncnn_models_dir
+from tests.helpers import psnr
 
 # Astronaut's face in skimage's 512x512 test image (rows, cols), checked by eye.
 FACE = (slice(60, 188), slice(154, 282))
@@ -95,11 +96,6 @@ def _run_ncnn(ncnn: ModuleType, param: Path, weights: Path, chw: np.ndarray, in_
     ret, out = ex.extract(out_blob)
     assert ret == 0
     return np.array(out, dtype=np.float32)
-
-
-def _psnr(a: np.ndarray, b: np.ndarray) -> float:
-    mse = float(np.mean((a.astype(np.float64) - b.astype(np.float64)) ** 2))
-    return 10.0 * np.log10(255.0**2 / mse)
 
 
 def _sharpness(rgb_u8: np.ndarray) -> float:
@@ -185,8 +181,8 @@ def test_restores_face_detail(name: str, converted: Callable[[str], Path], astro
     assert sr.shape == hr.shape
 
     # Alignment: a one-pixel (low-res) misregistration drops these to about 15.5 and 17 dB.
-    assert _psnr(sr, hr) > 20.0
-    assert _psnr(cv2.resize(sr, (32, 32), interpolation=cv2.INTER_AREA), lr) > 25.0
+    assert psnr(sr, hr) > 20.0
+    assert psnr(cv2.resize(sr, (32, 32), interpolation=cv2.INTER_AREA), lr) > 25.0
     # Detail: the original's Laplacian variance is ~940; bicubic keeps ~3% of it, the models 20-100%.
     assert _sharpness(sr) > 0.15 * _sharpness(hr)
     assert _sharpness(sr) > 5.0 * _sharpness(bicubic)

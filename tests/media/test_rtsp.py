@@ -13,12 +13,10 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 import av
 import cv2
 import numpy as np
-import numpy.typing as npt
 import pytest
 
 from app.bench.rtsp_latency import read_frame_id, stamp_frame_id
@@ -26,6 +24,7 @@ from app.media.clips import MotionClip, load_sample, make_motion_clip, write_cli
 from app.media.rtsp_in import LIVE_OPTIONS, IngestWorker
 from app.media.rtsp_out import RtspPublisher, RtspServer, rtsp_unavailable_reason
 from app.pipeline.types import Image
+from tests.helpers import psnr, wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 UNAVAILABLE = rtsp_unavailable_reason()
@@ -33,23 +32,10 @@ needs_rtsp = pytest.mark.skipif(UNAVAILABLE is not None, reason=f"GStreamer RTSP
 FPS = 30
 
 
-def wait_for(condition: Callable[[], bool], timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.05)
-    return condition()
-
-
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
-
-
-def psnr(a: npt.NDArray[Any], b: npt.NDArray[Any]) -> float:
-    return float(cv2.PSNR(a, b))
 
 
 class Feeder:

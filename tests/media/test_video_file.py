@@ -18,13 +18,9 @@ from app.errors import UserError
 from app.media.clips import MotionClip, load_sample, make_motion_clip, sample_faces, write_clip
 from app.media.video_file import probe, read_frames, read_image, transcode, write_image
 from app.pipeline.types import Image
+from tests.helpers import psnr
 
 ASTRONAUT_FACE = (230.0, 120.0)  # roughly the centre of the face in skimage's astronaut
-
-
-def psnr(a: Image, b: Image) -> float:
-    mse = float(np.mean((a.astype(np.float64) - b.astype(np.float64)) ** 2))
-    return 99.0 if mse == 0 else 10 * np.log10(255.0**2 / mse)
 
 
 def identity(batch: list[Image]) -> list[Image]:

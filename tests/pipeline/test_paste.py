@@ -11,11 +11,7 @@ from app.pipeline.paste import MaskShape, PasteBack, PasteConfig, PasteItem, cro
 from app.pipeline.pipeline import FramePipeline, PipelineConfig
 from app.pipeline.swap import PassthroughEngine
 from app.pipeline.types import Image
-
-
-def psnr(a: Image, b: Image) -> float:
-    mse = float(np.mean((a.astype(np.float64) - b.astype(np.float64)) ** 2))
-    return float("inf") if mse == 0 else 10 * np.log10(255.0**2 / mse)
+from tests.helpers import psnr
 
 
 @pytest.fixture(scope="module")

@@ -22,9 +22,9 @@ from app.media.clips import MotionClip, write_clip
 from app.media.rtsp_out import rtsp_unavailable_reason
 from app.pipeline.pipeline import FramePipeline
 from app.settings import PipelineSettings
+from tests.helpers import wait_for
 from tests.server.credentials import bearer, make_credentials
 from tests.server.harness import RunningServer, server_settings, start_server, upload
-from tests.server.test_sessions import wait_until
 
 FPS = 15
 
@@ -102,7 +102,7 @@ def test_revoking_a_key_ends_the_sessions_it_started(
                 revoked = time.monotonic()
                 admin = {"Authorization": f"Bearer {creds.admin}"}
                 ended = await asyncio.to_thread(
-                    wait_until,
+                    wait_for,
                     lambda: httpx.get(f"{server.base_url}{client.location}", headers=admin).status_code == 404,
                     5.0,
                 )
@@ -167,7 +167,7 @@ def test_deleting_an_identity_ends_the_streams_showing_it(
         base = server.base_url
         identity = upload(base, tom_png).json()["id"]
         stream = httpx.post(f"{base}/v1/streams", json={"source_url": str(video), "identity": identity}).json()
-        assert wait_until(lambda: httpx.get(f"{base}/v1/streams/{stream['id']}").json()["stats"]["frames_out"] > 0, 60)
+        assert wait_for(lambda: httpx.get(f"{base}/v1/streams/{stream['id']}").json()["stats"]["frames_out"] > 0, 60)
         assert httpx.delete(f"{base}/v1/identities/{identity}").status_code == 204
         assert httpx.get(f"{base}/v1/streams/{stream['id']}").status_code == 404
         assert server.state.rtsp.client_count([f"/stream/{stream['id']}"]) == 0

@@ -18,8 +18,9 @@ from app.media.rtsp_out import rtsp_unavailable_reason
 from app.pipeline.pipeline import FramePipeline
 from app.pipeline.types import Image
 from app.settings import PipelineSettings
+from tests.helpers import wait_for
 from tests.server.harness import RunningServer, server_settings, start_server, upload
-from tests.server.test_sessions import face_diff, wait_until
+from tests.server.test_sessions import face_diff
 
 UNAVAILABLE = rtsp_unavailable_reason()
 pytestmark = pytest.mark.skipif(UNAVAILABLE is not None, reason=f"GStreamer RTSP unavailable: {UNAVAILABLE}")
@@ -138,4 +139,4 @@ def test_an_ingest_stream_swaps_a_file_and_publishes_it(
         assert 'swapcast_frames_in_total{kind="stream"} 0.0' not in final
         assert 'swapcast_frames_out_total{kind="stream"} 0.0' not in final
         assert httpx.get(f"{base}/v1/streams/{stream['id']}").status_code == 404
-        assert wait_until(lambda: "swapcast_streams_active 0.0" in httpx.get(f"{base}/metrics").text, 5)
+        assert wait_for(lambda: "swapcast_streams_active 0.0" in httpx.get(f"{base}/metrics").text, 5)

@@ -4,11 +4,12 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 from pathlib import Path
 
 import httpx
 import pytest
+
+from tests.helpers import ServeProcess
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -16,28 +17,12 @@ REPO = Path(__file__).resolve().parents[2]
 @pytest.mark.slow
 def test_serve_prints_urls_becomes_ready_and_stops_on_sigterm(tmp_path: Path, model_root: Path) -> None:
     identity_dir = tmp_path / "identities"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "app.commands.serve", "--port", "0", "--no-rtsp", "--identity-dir", str(identity_dir)],
-        cwd=REPO,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env={**os.environ, "SWAPCAST_MODEL_DIR": str(model_root), "PYTHONPATH": str(REPO)},
+    serve = ServeProcess(
+        "app.commands.serve", ["--port", "0", "--no-rtsp", "--identity-dir", str(identity_dir)], model_root
     )
-    lines: list[str] = []
-    ready = threading.Event()
-
-    def read() -> None:
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            lines.append(line.rstrip("\n"))
-            if line.startswith("ready:"):
-                ready.set()
-
-    reader = threading.Thread(target=read, daemon=True)
-    reader.start()
+    proc, lines = serve.proc, serve.lines
     try:
-        assert ready.wait(90), lines
+        serve.wait_ready()
         first = lines[0]
         assert first.startswith("swapcast serving on http://127.0.0.1:"), lines
         base = first.rsplit(" ", 1)[1]
@@ -52,7 +37,7 @@ def test_serve_prints_urls_becomes_ready_and_stops_on_sigterm(tmp_path: Path, mo
     finally:
         proc.send_signal(signal.SIGTERM)
         code = proc.wait(30)
-    reader.join(5)
+    serve.reader.join(5)
     assert code == 0, (code, proc.stderr.read() if proc.stderr else "")
     assert lines[-1] == "swapcast: stopped"
 

@@ -22,6 +22,7 @@ from app.media.clips import MotionClip
 from app.pipeline.pipeline import FramePipeline
 from app.pipeline.types import Image
 from app.settings import PipelineSettings
+from tests.helpers import wait_for
 from tests.server.harness import RunningServer, server_settings, start_server, upload
 
 REPO = Path(__file__).resolve().parents[2]
@@ -45,15 +46,6 @@ def identity_id(server: RunningServer, data: bytes, name: str) -> str:
     response = upload(server.base_url, data, name)
     assert response.status_code == 201, response.text
     return str(response.json()["id"])
-
-
-def wait_until(predicate: Callable[[], bool], timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.1)
-    return predicate()
 
 
 @pytest.mark.slow
@@ -102,7 +94,7 @@ def test_swapped_frames_come_back_in_order_with_the_face_changed_and_the_stamp_i
     assert 'swapcast_hop_seconds_count{hop="encode",kind="session"}' in httpx.get(f"{server.base_url}/metrics").text
 
     session_url = f"{server.base_url}{response.headers['location']}"
-    assert wait_until(lambda: httpx.get(session_url).status_code == 404, 15), "session outlived its client"
+    assert wait_for(lambda: httpx.get(session_url).status_code == 404, 15), "session outlived its client"
 
 
 @pytest.fixture(scope="module")
@@ -243,9 +235,9 @@ def test_a_client_that_vanishes_mid_stream_is_cleaned_up(
             proc.send_signal(signal.SIGKILL)
             proc.wait(10)
 
-        assert wait_until(lambda: len(server.state.sessions or []) == 0, 30), "vanished client's session remains"
+        assert wait_for(lambda: len(server.state.sessions or []) == 0, 30), "vanished client's session remains"
         assert httpx.get(f"{server.base_url}{location}").status_code == 404
-        assert wait_until(lambda: len(server.task_names()) <= len(baseline_tasks), 10), (
+        assert wait_for(lambda: len(server.task_names()) <= len(baseline_tasks), 10), (
             f"tasks left behind: {sorted(set(server.task_names()) - set(baseline_tasks))}"
         )
         metrics = httpx.get(f"{server.base_url}/metrics").text
@@ -317,11 +309,11 @@ def test_churn_leaves_no_sessions_tasks_threads_or_peer_connections(
                 for round_ in range(4):
                     await asyncio.gather(cycle(http, 2 * round_), cycle(http, 2 * round_ + 1))
                 assert await asyncio.get_running_loop().run_in_executor(
-                    None, wait_until, lambda: len(server.state.sessions or []) == 0, 20
+                    None, wait_for, lambda: len(server.state.sessions or []) == 0, 20
                 )
                 settled = await asyncio.get_running_loop().run_in_executor(
                     None,
-                    wait_until,
+                    wait_for,
                     lambda: len(server.task_names()) <= baseline_tasks and session_threads() <= baseline_threads,
                     20,
                 )

@@ -21,6 +21,7 @@ from app.media.rtsp_out import rtsp_unavailable_reason
 from app.pipeline.pipeline import FramePipeline
 from app.pipeline.types import Image
 from app.settings import PipelineSettings
+from tests.helpers import wait_for_async
 from tests.server.harness import RunningServer, upload
 from tests.server.test_rtsp_outputs import rtsp_server
 
@@ -67,15 +68,6 @@ class WhepViewer:
         await self.pc.close()
 
 
-async def wait_for(predicate: Callable[[], bool], within_s: float) -> bool:
-    deadline = time.monotonic() + within_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        await asyncio.sleep(0.05)
-    return bool(predicate())
-
-
 @pytest.mark.slow
 def test_two_viewers_pull_the_swapped_output_sharing_one_encode(
     server: RunningServer, tom_png: bytes, clip: MotionClip
@@ -106,7 +98,7 @@ def test_two_viewers_pull_the_swapped_output_sharing_one_encode(
                 assert answer.status_code == 201, answer.text
                 assert answer.headers["content-type"].startswith("application/sdp")
                 assert "H264/90000" in answer.text
-            assert await wait_for(lambda: all(len(v.received) >= 30 for v in viewers), 60), [
+            assert await wait_for_async(lambda: all(len(v.received) >= 30 for v in viewers), 60), [
                 len(v.received) for v in viewers
             ]
             listing = (await http.get(f"/v1/sessions/{session_id}/whep")).json()
@@ -192,10 +184,10 @@ def test_a_viewer_pulls_an_ingest_stream_until_the_stream_ends(
                 answer = await viewer.connect(http, f"/v1/streams/{stream_id}/whep")
                 assert answer.status_code == 201, answer.text
                 assert answer.headers["location"].startswith(f"/v1/streams/{stream_id}/whep/")
-                assert await wait_for(lambda: len(viewer.received) >= 10, 60), len(viewer.received)
+                assert await wait_for_async(lambda: len(viewer.received) >= 10, 60), len(viewer.received)
                 ended = await http.delete(f"/v1/streams/{stream_id}")
                 gone = await http.get(f"/v1/streams/{stream_id}/whep")
-                closed = await wait_for(lambda: viewer.pc.connectionState == "closed", 15)
+                closed = await wait_for_async(lambda: viewer.pc.connectionState == "closed", 15)
                 await viewer.close()
             return viewer, ended.status_code * 1000 + gone.status_code, int(closed)
 

@@ -1,8 +1,8 @@
 """Identities: upload a face photo once, use it in any number of sessions and streams."""
 
 import asyncio
+import functools
 import re
-import threading
 from pathlib import PurePath
 from typing import Annotated, Any
 
@@ -14,9 +14,10 @@ from starlette.formparsers import MultiPartException, MultiPartParser
 from app.auth.guard import AccessDep, IdentitiesRead, IdentitiesWrite, client_address
 from app.auth.principal import Principal
 from app.identity.consent import Consent, ConsentStatement
-from app.identity.enrol import Upload, enrol_photos
+from app.identity.enrol import Upload
 from app.identity.images import sniff_format
 from app.identity.store import Identity, IdentityNotFound, IdentityUnreadable
+from app.identity.upload import IdentityUpload, add_identity
 from app.identity.validate import MAX_PHOTOS
 from app.server.deps import PipelineDep, RevocationDep, StateDep, StoreDep
 from app.server.limits import capped_stream, media_type
@@ -26,8 +27,6 @@ router = APIRouter(prefix="/v1/identities", tags=["identities"])
 MULTIPART_OVERHEAD = 64 * 1024
 MAX_NAME = 100
 MAX_FACE_INDEX = 999  # far above the detector's 64 faces per image; longer input is not echoed back
-
-_quota_lock = threading.Lock()
 
 IdentityId = Annotated[str, Path(min_length=1, max_length=64)]
 
@@ -112,15 +111,38 @@ async def create_identity(
     with `attestation` saying who and how), optional `face_index`, optional `name`."""
     settings = state.settings
     state.rate_limiter.hit("uploads", principal.id, client_address(request))
-    owner = principal.id
-    loop = asyncio.get_running_loop()
-    usage_of = state.identity_usage
-    await loop.run_in_executor(state.control_executor, lambda: state.identity_quota.check(usage_of(owner)))
+    upload = await _read_upload(request, principal.id, settings.max_upload_bytes)
+    created = await asyncio.get_running_loop().run_in_executor(
+        state.control_executor,
+        functools.partial(
+            add_identity,
+            upload,
+            pipeline=pipeline,
+            store=state.store,
+            quota=state.identity_quota,
+            usage_of=state.identity_usage,
+            max_image_pixels=settings.max_image_pixels,
+            eyes=state.eyes,
+        ),
+    )
+    identity, enrolment = created.identity, created.enrolment
+    state.cache.put(identity.id, enrolment.prepared.model_key, enrolment.prepared)
+    access.audit.event(
+        "identity_created",
+        identity=identity.id,
+        owner=principal.id,
+        consent=identity.consent.to_json() if identity.consent else None,
+    )
+    return IdentityOut.of(identity, enrolment.prepared.model_key, enrolment.warnings, enrolment.photo_used)
+
+
+async def _read_upload(request: Request, owner: str, max_upload_bytes: int) -> IdentityUpload:
+    """The multipart form, checked field by field; every refusal is an HTTPException with the reason."""
     if media_type(request) != "multipart/form-data":
         raise HTTPException(415, "send multipart/form-data with an `image` field")
     parser = MultiPartParser(
         request.headers,
-        capped_stream(request, upload_limit(settings.max_upload_bytes)),
+        capped_stream(request, upload_limit(max_upload_bytes)),
         max_files=MAX_PHOTOS,
         max_fields=6,
         max_part_size=4096,
@@ -146,46 +168,12 @@ async def create_identity(
         face_index = _parse_face_index(raw_index)
         name = _clean_name(raw_name, files[0].filename)
         consent = ConsentStatement.parse(raw_consent, raw_attestation)
-        uploads = [await _read_photo(f, settings.max_upload_bytes, n, len(files)) for n, f in enumerate(files, 1)]
+        photos = [await _read_photo(f, max_upload_bytes, n, len(files)) for n, f in enumerate(files, 1)]
     finally:
         await form.close()
-    if sum(len(u.data) for u in uploads) > settings.max_upload_bytes:
-        raise HTTPException(413, f"the photos are over the limit of {settings.max_upload_bytes} bytes together")
-
-    enrolment = await loop.run_in_executor(
-        state.control_executor, enrol_photos, pipeline, uploads, settings.max_image_pixels, face_index, state.eyes
-    )
-    prepared = enrolment.prepared
-    adding = enrolment.stored_bytes + len(enrolment.thumbnail) + prepared.nbytes
-
-    def checked_create() -> Identity:
-        given = Consent.record(consent, upload=uploads[0].data, owner=owner, more_uploads=[u.data for u in uploads[1:]])
-        with _quota_lock:  # check and create as one step, so parallel uploads cannot overshoot the quota
-            state.identity_quota.check(usage_of(owner), adding)
-            return state.store.create(
-                name=name,
-                photo=enrolment.stored,
-                format="png",
-                width=enrolment.info.width,
-                height=enrolment.info.height,
-                faces=enrolment.faces,
-                face_index=face_index,
-                thumbnail=enrolment.thumbnail,
-                prepared=prepared,
-                owner=owner,
-                consent=given,
-                extra_photos=enrolment.extra_stored,
-            )
-
-    identity = await loop.run_in_executor(state.control_executor, checked_create)
-    state.cache.put(identity.id, prepared.model_key, prepared)
-    access.audit.event(
-        "identity_created",
-        identity=identity.id,
-        owner=principal.id,
-        consent=identity.consent.to_json() if identity.consent else None,
-    )
-    return IdentityOut.of(identity, prepared.model_key, enrolment.warnings, enrolment.photo_used)
+    if sum(len(u.data) for u in photos) > max_upload_bytes:
+        raise HTTPException(413, f"the photos are over the limit of {max_upload_bytes} bytes together")
+    return IdentityUpload(owner, name, photos, face_index, consent)
 
 
 async def _read_photo(upload: UploadFile, limit: int, number: int, count: int) -> Upload:

@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from app.errors import UserError
-from app.media.video_file import atomic_output
 from app.provenance.settings import ProvenanceSettings
+from engines.atomic import atomic_path
 
 MIME = {
     ".mp4": "video/mp4",
@@ -115,7 +115,7 @@ def sign_file(
             ingredient = {"title": target.name, "relationship": "parentOf", "label": TARGET_LABEL}
             with target.open("rb") as source:
                 builder.add_ingredient(ingredient, target_mime or "application/octet-stream", source)
-            with atomic_output(path) as tmp, path.open("rb") as source, tmp.open("w+b") as dest:
+            with atomic_path(path, suffix=path.suffix) as tmp, path.open("rb") as source, tmp.open("w+b") as dest:
                 builder.sign(signer, mime, source, dest)
     except c2pa.C2paError as exc:
         path.unlink(missing_ok=True)

@@ -1,0 +1,69 @@
+"""The identity upload use-case: checked photos in, a stored identity out, within its owner's quota. Blocking: run
+it once on the control pool."""
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from app.identity.consent import Consent, ConsentStatement
+from app.identity.enrol import Enrolment, Upload, enrol_photos
+from app.identity.eye_state import EyeOpenness
+from app.identity.quota import IdentityQuota, UsageOf
+from app.identity.store import Identity, IdentityStore
+from app.pipeline.pipeline import FramePipeline
+
+
+@dataclass(frozen=True)
+class IdentityUpload:
+    """What the uploader sent, parsed: 1-10 photos of one person and what they said about them."""
+
+    owner: str
+    name: str
+    photos: Sequence[Upload]
+    face_index: int | None
+    consent: ConsentStatement
+
+
+@dataclass(frozen=True)
+class Created:
+    identity: Identity
+    enrolment: Enrolment
+
+
+def add_identity(
+    upload: IdentityUpload,
+    *,
+    pipeline: FramePipeline,
+    store: IdentityStore,
+    quota: IdentityQuota,
+    usage_of: UsageOf,
+    max_image_pixels: int,
+    eyes: EyeOpenness | None,
+) -> Created:
+    """Enrol the photos and store the identity. `QuotaExceeded` when the owner's quota has no room, checked
+    before the enrolment for the count (no costly work for an owner already at the limit) and again, with the
+    bytes it adds, as one step with the creation."""
+    owner = upload.owner
+    quota.check(usage_of(owner))
+    enrolment = enrol_photos(pipeline, upload.photos, max_image_pixels, upload.face_index, eyes)
+    prepared = enrolment.prepared
+    adding = enrolment.stored_bytes + len(enrolment.thumbnail) + prepared.nbytes
+    first, *more = (photo.data for photo in upload.photos)
+    consent = Consent.record(upload.consent, upload=first, owner=owner, more_uploads=more)
+
+    def create() -> Identity:
+        return store.create(
+            name=upload.name,
+            photo=enrolment.stored,
+            format="png",
+            width=enrolment.info.width,
+            height=enrolment.info.height,
+            faces=enrolment.faces,
+            face_index=upload.face_index,
+            thumbnail=enrolment.thumbnail,
+            prepared=prepared,
+            owner=owner,
+            consent=consent,
+            extra_photos=enrolment.extra_stored,
+        )
+
+    return Created(quota.create_within(lambda: usage_of(owner), adding, create), enrolment)

@@ -23,10 +23,11 @@ from app.bench.rtc_client import RtcClient
 from app.media.clips import MotionClip
 from app.pipeline.pipeline import FramePipeline
 from app.settings import PipelineSettings
+from tests.helpers import wait_for_async as wait_for
 from tests.server.credentials import bearer
 from tests.server.harness import RunningServer, server_settings, start_server, upload
 from tests.server.test_local_mode import REPO, first_lines, get_when_listening
-from tests.server.test_whep import WhepViewer, wait_for
+from tests.server.test_whep import WhepViewer
 
 pytestmark = pytest.mark.slow
 FPS = 15

@@ -331,6 +331,21 @@ function showRtsp() {
   }
   $("rtsp-url").textContent = text || "—";
   $("copy-rtsp").disabled = !page.rtspUrl;
+  $("make-view-url").disabled = !page.sessionUrl;
+  if (!page.sessionUrl) $("view-url").textContent = "—";
+}
+
+// A viewer token opens this session's video and nothing else, so its URL can go into OBS.
+async function makeViewUrl() {
+  if (!page.sessionUrl) return;
+  const response = await api(`${page.sessionUrl}/viewer-tokens`, { method: "POST" });
+  if (!response.ok) {
+    $("view-url").textContent = await errorText(response);
+    return;
+  }
+  const url = new URL((await response.json()).view_url, location.href).href;
+  $("view-url").textContent = url;
+  navigator.clipboard.writeText(url).catch(() => {});
 }
 
 function fail(message) {
@@ -431,6 +446,7 @@ for (const choice of document.querySelectorAll("#upload-consent input[name=conse
 $("start-button").addEventListener("click", start);
 $("stop-button").addEventListener("click", stop);
 $("copy-rtsp").addEventListener("click", () => navigator.clipboard.writeText(page.rtspUrl || ""));
+$("make-view-url").addEventListener("click", () => makeViewUrl().catch(() => {}));
 window.addEventListener("pagehide", () => {
   if (!page.sessionUrl) return;
   const headers = { "X-Swapcast": "1" };

@@ -176,6 +176,11 @@ def test_browser_streams_through_the_page(
             stats = httpx.get(f"{server.base_url}{session_url}").json()
             assert stats["identity"] == first and stats["state"] == "connected"
             assert page.text_content("#stat-server-fps") != "—"
+            # The Browser Source URL the page makes carries a viewer token of this session.
+            page.click("#make-view-url")
+            page.wait_for_function("() => document.getElementById('view-url').textContent.includes('token=vt_')")
+            view_url = page.text_content("#view-url") or ""
+            assert view_url.startswith(f"{server.base_url}/view/{session_url.rsplit('/', 1)[1]}?token=vt_"), view_url
 
             local = grab(page, "local-video")
             swapped = grab(page, "remote-video")

@@ -7,16 +7,23 @@ import asyncio
 import base64
 import threading
 import time
+from collections.abc import Callable
+from pathlib import Path
 
 import cv2
 import httpx
 import numpy as np
 import pytest
 
+from app.auth.keys import KeyStore
+from app.auth.settings import AccessSettings
 from app.bench.rtc_client import RtcClient, read_stamp
 from app.media.clips import MotionClip
+from app.pipeline.pipeline import FramePipeline
 from app.pipeline.types import Image
-from tests.server.harness import RunningServer, upload
+from app.settings import PipelineSettings
+from tests.server.credentials import bearer
+from tests.server.harness import RunningServer, server_settings, start_server, upload
 from tests.server.test_browser import CHROMIUM, chromium_args, keep_loopback_candidates, sync_playwright
 
 pytestmark = [
@@ -31,8 +38,11 @@ ARGS = chromium_args()
 class Sender:
     """An aiortc client streaming a stamped face clip into a session from its own thread and loop."""
 
-    def __init__(self, server: RunningServer, identity: str, clip: MotionClip) -> None:
+    def __init__(
+        self, server: RunningServer, identity: str, clip: MotionClip, headers: dict[str, str] | None = None
+    ) -> None:
         self.location: str | None = None
+        self._headers = headers or {}
         self._ready = threading.Event()
         self._stop: asyncio.Event | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -42,7 +52,7 @@ class Sender:
         self._loop = asyncio.get_running_loop()
         self._stop = asyncio.Event()
         client = RtcClient(clip.frames, fps=15)
-        async with httpx.AsyncClient(base_url=server.base_url, timeout=30) as http:
+        async with httpx.AsyncClient(base_url=server.base_url, timeout=30, headers=self._headers) as http:
             await client.connect(http, f"/v1/sessions?identity={identity}")
             self.location = client.location
             await client.wait_frames(3, 90)
@@ -139,3 +149,39 @@ def test_viewer_page_shows_the_session_and_reconnects(server: RunningServer, tom
                 assert errors == []
             finally:
                 browser.close()
+
+
+def test_the_obs_recipe_a_viewer_token_in_the_page_url_shows_the_session_on_a_keyed_server(
+    tmp_path: Path, pipeline_factory: Callable[[PipelineSettings], FramePipeline], tom_png: bytes, clip: MotionClip
+) -> None:
+    """As the OBS guide says: mint a viewer token for the session, put the answer's `view_url` into the Browser
+    Source; the page plays, and revoking the token stops it."""
+    keys_file = tmp_path / "keys.json"
+    streamer = KeyStore(keys_file).create("streamer", ["sessions", "identities:write", "identities:read"])[1]
+    settings = server_settings(tmp_path / "identities", access=AccessSettings(keys_file=keys_file))
+    with start_server(settings, pipeline_factory) as server:
+        identity = upload(server.base_url, tom_png, headers=bearer(streamer)).json()["id"]
+        assert sync_playwright is not None
+        with Sender(server, identity, clip, bearer(streamer)) as sender:
+            assert sender.location is not None
+            session = sender.location.rsplit("/", 1)[1]
+            minted = httpx.post(f"{server.base_url}/v1/sessions/{session}/viewer-tokens", headers=bearer(streamer))
+            assert minted.status_code == 201, minted.text
+            view_url = minted.json()["view_url"]
+            with sync_playwright() as p:
+                browser = p.chromium.launch(executable_path=str(CHROMIUM), headless=True, args=ARGS)
+                try:
+                    page = browser.new_page(viewport={"width": 640, "height": 480})
+                    page.route("**/whep", keep_loopback_candidates)
+                    page.goto(f"{server.base_url}{view_url}")
+                    page.wait_for_function("() => window.swapcastViewer.framesDecoded >= 10", timeout=60_000)
+                    assert read_stamp(grab(page)) is not None
+                    token_id = minted.json()["id"]
+                    revoked = httpx.delete(
+                        f"{server.base_url}/v1/sessions/{session}/viewer-tokens/{token_id}", headers=bearer(streamer)
+                    )
+                    assert revoked.status_code == 204
+                    # The viewer ends; the page's next try is refused.
+                    page.wait_for_function("() => (window.swapcastViewer.error || '').includes('401')", timeout=30_000)
+                finally:
+                    browser.close()

@@ -1,4 +1,4 @@
-"""Where a live frame's time goes, hop by hop, per session and as Prometheus histograms.
+"""Timing the encoder's hop of a live frame (the other hops are recorded by `app.live.hops.HopRecorder`).
 
 Hops of a WebRTC frame, each measured on the server's monotonic clock from the moment aiortc hands over the
 decoded frame:
@@ -18,47 +18,10 @@ from __future__ import annotations
 
 import threading
 import time
-from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-import numpy as np
-from prometheus_client import Histogram
-
-from app.pipeline.timing import StageTimer
-
 EncodeCallback = Callable[[float, float], None]  # (encode started, encode ended), monotonic seconds
-HOP_WINDOW = 300  # frames each session's summary covers (10 s at 30 fps)
-
-
-class HopRecorder:
-    """One session's recent hop durations (thread-safe: the worker and encoder threads record too)."""
-
-    def __init__(self, histogram: Histogram | None = None, kind: str = "session") -> None:
-        self._histogram = histogram
-        self._kind = kind
-        self._hops: dict[str, deque[float]] = {}
-        self._lock = threading.Lock()
-
-    def observe(self, hop: str, seconds: float) -> None:
-        with self._lock:
-            self._hops.setdefault(hop, deque(maxlen=HOP_WINDOW)).append(seconds)
-        if self._histogram is not None:
-            self._histogram.labels(self._kind, hop).observe(seconds)
-
-    def observe_stages(self, timer: StageTimer) -> None:
-        for stage, values in timer.samples.items():
-            for seconds in values:
-                self.observe(stage, seconds)
-
-    def summary(self) -> dict[str, dict[str, float]]:
-        """hop -> p50 and p95 in milliseconds over the recent frames, in the order hops were first seen."""
-        with self._lock:
-            samples = {hop: np.asarray(values, np.float64) * 1000.0 for hop, values in self._hops.items() if values}
-        return {
-            hop: {"p50": round(float(np.percentile(v, 50)), 1), "p95": round(float(np.percentile(v, 95)), 1)}
-            for hop, v in samples.items()
-        }
 
 
 class TimedEncoder:

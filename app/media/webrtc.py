@@ -18,7 +18,6 @@ import logging
 import secrets
 import socket
 import time
-from collections import Counter, deque
 from collections.abc import Awaitable, Callable, Iterable
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
@@ -38,14 +37,16 @@ from aiortc import (
 )
 from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
 
+from app.live.core import LiveCore, OutputListener
+from app.live.counters import LiveCounters
 from app.media import yuv
 from app.media.audio_sync import MAX_DELAY_S, DelayedAudioTrack
 from app.media.encoder import configure_encoders
-from app.media.hops import HopRecorder, install_timed_encoders
+from app.media.hops import install_timed_encoders
 from app.media.ice_bounds import BoundedIce, IceBounds, ice_connections
 from app.media.mailbox import Mailbox
 from app.observability import Metrics
-from app.pipeline.identity_map import FaceSources, describe_sources
+from app.pipeline.identity_map import FaceSources
 from app.pipeline.pipeline import FramePipeline
 from app.pipeline.timing import StageTimer
 from app.pipeline.types import Image
@@ -190,28 +191,6 @@ def negotiated_codec(answer: str) -> str | None:
     return None
 
 
-class RateWindow:
-    """Events per second over the last `seconds`."""
-
-    def __init__(self, seconds: float = 2.0) -> None:
-        self.seconds = seconds
-        self._times: deque[float] = deque()
-
-    def add(self, now: float) -> None:
-        self._times.append(now)
-        self._trim(now)
-
-    def rate(self, now: float) -> float:
-        self._trim(now)
-        if len(self._times) < 2:
-            return 0.0
-        return len(self._times) / self.seconds
-
-    def _trim(self, now: float) -> None:
-        while self._times and self._times[0] < now - self.seconds:
-            self._times.popleft()
-
-
 class SwappedVideoTrack(MediaStreamTrack):
     """Output track: hands the encoder the newest processed frame; an older one still waiting is dropped."""
 
@@ -244,16 +223,6 @@ class SwappedVideoTrack(MediaStreamTrack):
         self._frames.wake()
 
 
-@dataclass
-class SessionCounters:
-    frames_in: int = 0
-    frames_out: int = 0
-    drops: Counter[str] = field(default_factory=Counter)
-    latencies: deque[float] = field(default_factory=lambda: deque(maxlen=300))
-    rate_in: RateWindow = field(default_factory=RateWindow)
-    rate_out: RateWindow = field(default_factory=RateWindow)
-
-
 class Session:
     def __init__(
         self,
@@ -269,33 +238,27 @@ class Session:
         rtsp_url: Callable[[str], str] | None = None,
     ) -> None:
         self.id = secrets.token_hex(16)
-        self.identity_id = identity_id
-        self.source = source
+        # Everything between decoded frame in and processed frame out (app.live): this class is the transport.
+        self.core = LiveCore(
+            kind=KIND, name=self.id, identity_id=identity_id, source=source, pipeline=pipeline, metrics=metrics
+        )
         self.created = datetime.now(UTC).isoformat(timespec="seconds")
         self.state = "new"
         self.codec: str | None = None
         self.close_reason: str | None = None
         self.closed = asyncio.Event()
-        self.counters = SessionCounters()
-        self.hops = HopRecorder(metrics.hop_seconds, KIND)
         configure_encoders(config.encoder)
         install_timed_encoders()
-        self.marker: FrameMarker | None = None  # watermark and label of every output frame
-        self._pipeline = pipeline
-        self._live = pipeline.new_live_stream()
         self._executor = executor
-        self._metrics = metrics
         self._config = config
         self._on_closed = on_closed
         self._publisher_factory = publisher_factory
         self._publisher: Any = None
-        # Called with every processed image, on the event loop (WHEP viewers); each must return at once.
-        self.output_listeners: list[Callable[[Image], None]] = []
         self.rtsp_path = f"/session/{self.id}"
         self.rtsp_url = rtsp_url(self.rtsp_path) if (rtsp_url and publisher_factory) else None
         # The newest decoded frame not yet taken: put by the receive task, taken by an executor thread.
         self._pending: Mailbox[tuple[av.VideoFrame, float]] = Mailbox(
-            on_drop=lambda reason, _count: self._drop(reason), wakes_loop=True
+            on_drop=lambda reason, _count: self.core.drop(reason), wakes_loop=True
         )
         self._tasks: set[asyncio.Task[None]] = set()
         self._close_task: asyncio.Task[None] | None = None
@@ -307,10 +270,35 @@ class Session:
         ice = [RTCIceServer(url) for url in config.ice_servers]
         self.pc = RTCPeerConnection(RTCConfiguration(iceServers=ice))
         self.ice = BoundedIce(config.ice_bounds)
-        self.output = SwappedVideoTrack(self._on_sent, lambda: self._drop("output_superseded"))
+        self.output = SwappedVideoTrack(self._on_sent, lambda: self.core.drop("output_superseded"))
         # The client's microphone, sent back delayed by the video's processing latency plus this offset.
         self.audio = DelayedAudioTrack(self._audio_delay_s)
         self.audio_offset_ms = 0
+
+    # The core's state, as the routes and the revocation watcher read it.
+    @property
+    def identity_id(self) -> str:
+        return self.core.identity_id
+
+    @property
+    def source(self) -> FaceSources:
+        return self.core.source
+
+    @property
+    def marker(self) -> FrameMarker | None:
+        return self.core.marker
+
+    @marker.setter
+    def marker(self, marker: FrameMarker | None) -> None:
+        self.core.marker = marker
+
+    @property
+    def output_listeners(self) -> list[OutputListener]:
+        return self.core.output_listeners
+
+    @property
+    def counters(self) -> LiveCounters:
+        return self.core.counters
 
     # --------------------------------------------------------------------------------- signalling
 
@@ -372,8 +360,6 @@ class Session:
 
     async def _receive(self, track: MediaStreamTrack) -> None:
         """Read every decoded frame as soon as it exists; keep only the newest for the worker."""
-        counters = self.counters
-        frames_in = self._metrics.frames_in.labels(KIND)
         while True:
             try:
                 frame = await track.recv()
@@ -383,9 +369,7 @@ class Session:
                 continue
             now = time.monotonic()
             self._last_input = now
-            counters.frames_in += 1
-            counters.rate_in.add(now)
-            frames_in.inc()
+            self.core.frame_in(now)
             self._pending.put((frame, now))
         self.request_close("track ended")
 
@@ -438,11 +422,11 @@ class Session:
             try:
                 done = await loop.run_in_executor(self._executor, self._process_newest, timer)
             except BatcherError as exc:  # stale under load (deadline, queue full): dropped, not an error
-                self._drop("stale")
+                self.core.drop("stale")
                 log.debug("session %s: frame dropped by the batcher: %s", self.id, exc)
                 continue
             except Exception:  # one bad frame must not end the session; the drop is counted and logged
-                self._drop("error")
+                self.core.drop("error")
                 self._error_logged += 1
                 if self._error_logged == 1 or self._error_logged % 100 == 0:
                     log.exception("session %s: frame processing failed (%d so far)", self.id, self._error_logged)
@@ -450,11 +434,8 @@ class Session:
             if done is None:
                 continue
             out, image, arrived, processed = done
-            self._metrics.observe_stages(timer)
-            self.hops.observe_stages(timer)
             self.output.put(out, arrived, processed)
-            for listener in self.output_listeners:
-                listener(image)
+            self.core.finished(image, timer)
             await self._publish(image)
 
     def _process_newest(self, timer: StageTimer) -> tuple[av.VideoFrame, Image, float, float] | None:
@@ -464,28 +445,27 @@ class Session:
         if pending is None:
             return None
         frame, arrived = pending
-        self.hops.observe("queue", time.monotonic() - arrived)
-        out, image = self._process(frame, self.source, timer)
+        self.core.hops.observe("queue", time.monotonic() - arrived)
+        out, image = self._process(frame, timer)
         out.opaque = self._encode_callback(arrived)
         return out, image, arrived, time.monotonic()
 
     def _encode_callback(self, arrived: float) -> Callable[[float, float], None]:
         """Called by the encoder's thread (app.media.hops.TimedEncoder) once this frame is encoded."""
 
+        hops = self.core.hops
+
         def encoded(started: float, ended: float) -> None:
-            self.hops.observe("encode", ended - started)
-            self.hops.observe("total", ended - arrived)
+            hops.observe("encode", ended - started)
+            hops.observe("total", ended - arrived)
 
         return encoded
 
-    def _process(self, frame: av.VideoFrame, source: FaceSources, timer: StageTimer) -> tuple[av.VideoFrame, Image]:
-        """Convert, swap, convert back, keeping the input's timestamp."""
+    def _process(self, frame: av.VideoFrame, timer: StageTimer) -> tuple[av.VideoFrame, Image]:
+        """Convert, process in the core, convert back, keeping the input's timestamp."""
         with timer.stage("convert_in"):
             image = np.asarray(frame.to_ndarray(format="bgr24"), np.uint8)
-        result = self._pipeline.process_live(image, source, self._live, timer, self.id).image
-        if self.marker is not None:
-            with timer.stage("mark"):
-                result = self.marker.apply(result)
+        result = self.core.process(image, timer)
         with timer.stage("convert_out"):
             out = yuv.to_frame(result)
             out.pts = frame.pts
@@ -518,17 +498,8 @@ class Session:
 
     def _on_sent(self, arrived: float, processed: float) -> None:
         now = time.monotonic()
-        self.hops.observe("output_wait", now - processed)
-        counters = self.counters
-        counters.frames_out += 1
-        counters.rate_out.add(now)
-        counters.latencies.append(now - arrived)
-        self._metrics.frames_out.labels(KIND).inc()
-        self._metrics.frame_latency.labels(KIND).observe(now - arrived)
-
-    def _drop(self, reason: str) -> None:
-        self.counters.drops[reason] += 1
-        self._metrics.frames_dropped.labels(KIND, reason).inc()
+        self.core.hops.observe("output_wait", now - processed)
+        self.core.frame_out(arrived, now)
 
     async def _watchdog(self) -> None:
         while True:
@@ -559,40 +530,19 @@ class Session:
 
     def switch(self, identity_id: str, source: FaceSources) -> None:
         """Use another identity from the next frame on; no renegotiation."""
-        self.identity_id = identity_id
-        self.source = source
+        self.core.switch(identity_id, source)
 
     def stats(self) -> dict[str, Any]:
-        now = time.monotonic()
-        c = self.counters
-        latencies = np.asarray(c.latencies, dtype=np.float64) * 1000.0
-        latency = (
-            {"p50": round(float(np.percentile(latencies, 50)), 1), "p95": round(float(np.percentile(latencies, 95)), 1)}
-            if latencies.size
-            else {"p50": None, "p95": None}
-        )
         return {
             "id": self.id,
-            "identity": self.identity_id,
             "state": self.state,
             "connection": self.pc.connectionState,
             "codec": self.codec,
             "created": self.created,
-            "frames_in": c.frames_in,
-            "frames_out": c.frames_out,
-            "fps_in": round(c.rate_in.rate(now), 1),
-            "fps_out": round(c.rate_out.rate(now), 1),
-            "latency_ms": latency,
-            "hops_ms": self.hops.summary(),
-            # Frames that waited for a detection, by reason, and detections run in the background.
-            "detections": dict(self._live.detections),
-            "drops": dict(c.drops),
-            "dropped": sum(c.drops.values()),
+            **self.core.stats(),
             "rtsp_url": self.rtsp_url,
             "close_reason": self.close_reason,
             "ice": self.ice.describe(),
-            "provenance": self.marker.describe() if self.marker else None,
-            "identity_map": describe_sources(self.source),
         }
 
     def _spawn(self, coro: Awaitable[None], name: str) -> None:
@@ -631,7 +581,7 @@ class Session:
             self._close_publisher()
         finally:
             self._pending.discard()
-            self._live.close()
+            self.core.close()
             self.state = "closed"
             self.closed.set()
             self._on_closed(self)

@@ -1,7 +1,8 @@
 """RTSP ingest streams: pull a camera or file, swap every frame, publish the result on our RTSP server.
 
-The pulling, reconnecting and frame dropping live in `app.media.rtsp_in.IngestWorker`; this module admits
-streams, gives each its own tracker and identity, and feeds the metrics.
+The pulling, reconnecting and frame dropping live in `app.media.rtsp_in.IngestWorker`, the processing in the
+live core (`app.live`, as for WebRTC sessions: the same detection policy, hops and stats); this module admits
+streams and connects the two.
 """
 
 import asyncio
@@ -9,14 +10,16 @@ import dataclasses
 import logging
 import secrets
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from app.live.core import LiveCore, OutputListener
 from app.media.rtsp_in import IngestWorker, SourceForbidden, is_live_source
 from app.observability import Metrics
-from app.pipeline.identity_map import FaceSources, describe_sources
+from app.pipeline.identity_map import FaceSources
 from app.pipeline.pipeline import FramePipeline
 from app.pipeline.timing import StageTimer
 from app.pipeline.types import Image
@@ -107,47 +110,68 @@ class Stream:
         self.source_url = source_url  # what ingest opens (credentials and the checked address included)
         self.display_url = redact_credentials(display_url if display_url is not None else source_url)
         self.owner = owner
-        self.identity_id = identity_id
-        self.source = source
+        self.core = LiveCore(
+            kind=KIND,
+            name=f"stream-{self.id}",
+            identity_id=identity_id,
+            source=source,
+            pipeline=pipeline,
+            metrics=metrics,
+        )
         self.created = datetime.now(UTC).isoformat(timespec="seconds")
         self.rtsp_path = f"/stream/{self.id}"
         self.rtsp_url: str | None = None
         self.worker: IngestWorker | None = None
         self.publisher: LazyPublisher | None = None
-        self._pipeline = pipeline
-        self._tracker = pipeline.new_stream()
-        self._metrics = metrics
         self.state = "starting"
         self._counters_lock = threading.Lock()
         self._seen_in = 0
         self._seen_dropped = 0
-        self.marker: FrameMarker | None = None  # watermark and label of every output frame
-        # Called with every output frame on the ingest thread (WHEP viewers); each must return at once.
-        self.output_listeners: list[Callable[[Image], None]] = []
         self.ended = asyncio.Event()
 
-    def process(self, frames: list[Image]) -> list[Image]:
-        """Called by the ingest worker's thread with decoded frames; returns the swapped ones.
+    # The core's state, as the routes and the revocation watcher read it.
+    @property
+    def identity_id(self) -> str:
+        return self.core.identity_id
 
-        Frames that fail are counted as dropped, as a session counts them, and the error goes on to the worker,
-        which counts and logs it."""
-        timer = StageTimer()
+    @property
+    def source(self) -> FaceSources:
+        return self.core.source
+
+    @property
+    def marker(self) -> FrameMarker | None:
+        return self.core.marker
+
+    @marker.setter
+    def marker(self, marker: FrameMarker | None) -> None:
+        self.core.marker = marker
+
+    @property
+    def output_listeners(self) -> list[OutputListener]:
+        """Called with every output frame on the ingest thread (WHEP viewers); each must return at once."""
+        return self.core.output_listeners
+
+    def process(self, frames: list[Image]) -> list[Image]:
+        """Called by the ingest worker's thread with its newest decoded frame; returns the swapped ones (the
+        worker hands them to the RTSP publisher). A frame that fails is counted as dropped, as a session counts
+        it, and the error goes on to the worker, which counts and logs it."""
         self.sync_counters()
-        try:
-            results = self._pipeline.process(frames, self.source, self._tracker, timer, session=f"stream-{self.id}")
-        except BatcherError:  # stale under load (deadline, queue full)
-            self._metrics.frames_dropped.labels(KIND, "stale").inc(len(frames))
-            raise
-        except Exception:
-            self._metrics.frames_dropped.labels(KIND, "error").inc(len(frames))
-            raise
-        self._metrics.observe_stages(timer)
-        self._metrics.frames_out.labels(KIND).inc(len(results))
-        marker = self.marker
-        images = [marker.apply(r.image) if marker else r.image for r in results]
-        for listener in list(self.output_listeners):
-            for image in images:
-                listener(image)
+        images = []
+        for index, image in enumerate(frames):
+            arrived = time.monotonic()
+            timer = StageTimer()
+            try:
+                result = self.core.process(image, timer)
+            except BatcherError:  # stale under load (deadline, queue full): the rest of the batch with it
+                self.core.drop("stale", len(frames) - index)
+                raise
+            except Exception:
+                self.core.drop("error", len(frames) - index)
+                raise
+            self.core.finished(result, timer)
+            self.core.hops.observe("total", time.monotonic() - arrived)
+            self.core.frame_out(arrived)
+            images.append(result)
         return images
 
     def sync_counters(self) -> None:
@@ -161,19 +185,18 @@ class Stream:
             return
         frames_in, dropped = stats.frames_in, stats.dropped
         with self._counters_lock:
-            if frames_in > self._seen_in:
-                self._metrics.frames_in.labels(KIND).inc(frames_in - self._seen_in)
-                self._seen_in = frames_in
-            if dropped > self._seen_dropped:
-                self._metrics.frames_dropped.labels(KIND, "superseded").inc(dropped - self._seen_dropped)
-                self._seen_dropped = dropped
+            fresh_in, fresh_dropped = frames_in - self._seen_in, dropped - self._seen_dropped
+            self._seen_in, self._seen_dropped = max(frames_in, self._seen_in), max(dropped, self._seen_dropped)
+        if fresh_in > 0:
+            self.core.frame_in(count=fresh_in)
+        if fresh_dropped > 0:
+            self.core.drop("superseded", fresh_dropped)
 
     def on_state(self, state: str) -> None:
         self.state = state
 
     def switch(self, identity_id: str, source: FaceSources) -> None:
-        self.identity_id = identity_id
-        self.source = source
+        self.core.switch(identity_id, source)
 
     def stats(self) -> dict[str, Any]:
         worker_stats: dict[str, Any] = {}
@@ -188,13 +211,11 @@ class Stream:
         return {
             "id": self.id,
             "source_url": self.display_url,
-            "identity": self.identity_id,
             "state": str(state),
             "reason": error if state == "failed" else None,
             "created": self.created,
+            **self.core.stats(),
             "rtsp_url": self.rtsp_url,
-            "provenance": self.marker.describe() if self.marker else None,
-            "identity_map": describe_sources(self.source),
             "stats": {k: v for k, v in worker_stats.items() if isinstance(v, int | float | str | None)},
         }
 
@@ -421,6 +442,7 @@ def _stop_stream(stream: Stream) -> None:
             stream.sync_counters()
     except Exception:
         log.exception("stream %s: ingest worker did not stop cleanly", stream.id)
+    stream.core.close()
     try:
         if stream.publisher is not None:
             stream.publisher.close()

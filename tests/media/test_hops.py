@@ -8,7 +8,8 @@ from aiortc import RTCRtpCodecParameters
 from aiortc.codecs import get_encoder
 from prometheus_client import CollectorRegistry
 
-from app.media.hops import HopRecorder, TimedEncoder
+from app.live.hops import HopRecorder
+from app.media.hops import TimedEncoder
 from app.observability import Metrics
 from app.pipeline.timing import StageTimer
 

@@ -1,0 +1,126 @@
+"""`LiveCore`: one live stream's processing, shared by WebRTC sessions and RTSP ingest streams.
+
+It owns the per-stream state (the live tracker: detection schedule, background detection, landmark tracking,
+face-lost policy), the identity or identity map in use, the stages (the watermark last), hop timing, drop
+reasons, counters and stats, and the output fan-out: every processed frame goes to each output listener (the
+WebRTC return's track, WHEP viewers, RTSP). A transport calls `frame_in` when a decoded frame arrives,
+`process` on a worker thread, `finished` with the result, and `frame_out` when an output sent it.
+"""
+
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from app.live.counters import LiveCounters
+from app.live.hops import HopRecorder
+from app.observability import Metrics
+from app.pipeline.identity_map import FaceSources, describe_sources
+from app.pipeline.pipeline import FramePipeline
+from app.pipeline.timing import StageTimer
+from app.pipeline.types import Image
+from app.provenance.service import FrameMarker
+
+OutputListener = Callable[[Image], None]
+
+
+class LiveCore:
+    def __init__(
+        self,
+        *,
+        kind: str,
+        name: str,
+        identity_id: str,
+        source: FaceSources,
+        pipeline: FramePipeline,
+        metrics: Metrics,
+    ) -> None:
+        """`kind` labels the metrics (`session`, `stream`); `name` is the stream's key in the pipeline's
+        per-stream work (batching fairness)."""
+        self.kind = kind
+        self.name = name
+        self.identity_id = identity_id
+        self.source = source
+        self.marker: FrameMarker | None = None  # watermark and label of every output frame
+        self.counters = LiveCounters()
+        self.hops = HopRecorder(metrics.hop_seconds, kind)
+        # Called with every processed image; each must return at once (they hand the frame to their own
+        # encoder or queue). Sessions call them on the event loop, streams on the ingest thread.
+        self.output_listeners: list[OutputListener] = []
+        self._pipeline = pipeline
+        self._metrics = metrics
+        self._live = pipeline.new_live_stream()
+        self._lock = threading.Lock()  # counters are touched from the transport's and the worker's threads
+
+    def switch(self, identity_id: str, source: FaceSources) -> None:
+        """Use another identity (or map) from the next frame on."""
+        self.identity_id = identity_id
+        self.source = source
+
+    def frame_in(self, now: float | None = None, count: int = 1) -> None:
+        """`count` decoded frames arrived (a transport that counts in batches passes how many)."""
+        now = time.monotonic() if now is None else now
+        with self._lock:
+            self.counters.frames_in += count
+            for _ in range(count):
+                self.counters.rate_in.add(now)
+        self._metrics.frames_in.labels(self.kind).inc(count)
+
+    def drop(self, reason: str, count: int = 1) -> None:
+        with self._lock:
+            self.counters.drops[reason] += count
+        self._metrics.frames_dropped.labels(self.kind, reason).inc(count)
+
+    def process(self, image: Image, timer: StageTimer) -> Image:
+        """Locate, swap and mark one BGR frame (on a worker thread, never the event loop): located without
+        waiting for detection where the pipeline detects in the background."""
+        result = self._pipeline.process_live(image, self.source, self._live, timer, self.name).image
+        if self.marker is not None:
+            with timer.stage("mark"):
+                result = self.marker.apply(result)
+        return result
+
+    def finished(self, image: Image, timer: StageTimer) -> None:
+        """A processed frame: its stage times to the metrics and hops, the frame to every output."""
+        self._metrics.observe_stages(timer)
+        self.hops.observe_stages(timer)
+        for listener in list(self.output_listeners):
+            listener(image)
+
+    def frame_out(self, arrived: float, now: float | None = None) -> None:
+        """An output sent the frame that arrived at `arrived`."""
+        now = time.monotonic() if now is None else now
+        with self._lock:
+            counters = self.counters
+            counters.frames_out += 1
+            counters.rate_out.add(now)
+            counters.latencies.append(now - arrived)
+        self._metrics.frames_out.labels(self.kind).inc()
+        self._metrics.frame_latency.labels(self.kind).observe(now - arrived)
+
+    def stats(self) -> dict[str, Any]:
+        """What sessions and streams report alike."""
+        now = time.monotonic()
+        with self._lock:
+            c = self.counters
+            counts = {
+                "frames_in": c.frames_in,
+                "frames_out": c.frames_out,
+                "fps_in": round(c.rate_in.rate(now), 1),
+                "fps_out": round(c.rate_out.rate(now), 1),
+                "latency_ms": c.latency_ms(),
+                "drops": dict(c.drops),
+                "dropped": sum(c.drops.values()),
+            }
+        return {
+            "identity": self.identity_id,
+            **counts,
+            "hops_ms": self.hops.summary(),
+            # Frames that waited for a detection, by reason, and detections run in the background.
+            "detections": dict(self._live.detections),
+            "provenance": self.marker.describe() if self.marker else None,
+            "identity_map": describe_sources(self.source),
+        }
+
+    def close(self) -> None:
+        self._live.close()

@@ -4,6 +4,8 @@
 * only the CLI (`app/cli.py` and `app/commands/`) imports `app.commands`: use-cases live below the edges;
 * `app.provenance` (the mark an output stage embeds) never imports `app.media`, which imports it: file tools
   built on media (C2PA manifests, scans) live above both, in `app.provenance_files`;
+* the live core (`app.live`) never imports its transports (`app.media`, `app.server`);
+* no package of `app/` imports another that imports it back;
 * no import cycles among the modules of `app/` and `engines/`. Imports inside functions count too: a lazy
   import hides a cycle from the interpreter, not from a reader. Imports under `if TYPE_CHECKING:` do not
   count (they never run).
@@ -154,3 +156,35 @@ def test_no_import_cycles(graph: Graph) -> None:
 def test_a_cycle_is_found_when_there_is_one() -> None:
     graph: Graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
     assert cycles(graph) == [["a", "b", "c"]]
+
+
+def test_the_live_core_sits_below_its_transports(graph: Graph) -> None:
+    """Sessions (`app.media.webrtc`) and streams (`app.server.streams`) adapt to the live core; it knows
+    neither, nor any transport."""
+    upward = sorted(
+        (a, b) for a, b in edges(graph) if _in(a, "app.live") and (_in(b, "app.media") or _in(b, "app.server"))
+    )
+    assert upward == []
+
+
+def package_graph(graph: Graph) -> Graph:
+    """The same edges between the packages of `app/` (`app.media`, `app.live`, ...) and `engines`."""
+
+    def package(module: str) -> str:
+        parts = module.split(".")
+        return ".".join(parts[:2]) if parts[0] == "app" and len(parts) > 1 else parts[0]
+
+    packages: Graph = {}
+    for source, target in edges(graph):
+        a, b = package(source), package(target)
+        packages.setdefault(a, set())
+        packages.setdefault(b, set())
+        if a != b:
+            packages[a].add(b)
+    return packages
+
+
+def test_no_package_imports_another_that_imports_it_back(graph: Graph) -> None:
+    packages = package_graph(graph)
+    assert {"app.media", "app.live", "app.provenance"} <= set(packages)
+    assert cycles(packages) == []

@@ -37,7 +37,8 @@ from aiortc import (
 )
 from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
 
-from app.live.core import LiveCore, OutputListener
+from app.live.adapter import AudioListener, LiveOutput
+from app.live.core import LiveCore
 from app.live.counters import LiveCounters
 from app.media import yuv
 from app.media.audio_sync import MAX_DELAY_S, DelayedAudioTrack
@@ -50,7 +51,6 @@ from app.pipeline.identity_map import FaceSources
 from app.pipeline.pipeline import FramePipeline
 from app.pipeline.timing import StageTimer
 from app.pipeline.types import Image
-from app.provenance.service import FrameMarker
 from app.runtime.batcher import BatcherError
 from app.settings import EncoderSettings
 
@@ -223,7 +223,7 @@ class SwappedVideoTrack(MediaStreamTrack):
         self._frames.wake()
 
 
-class Session:
+class Session(LiveOutput):
     def __init__(
         self,
         *,
@@ -246,7 +246,7 @@ class Session:
         self.state = "new"
         self.codec: str | None = None
         self.close_reason: str | None = None
-        self.closed = asyncio.Event()
+        self.closed = self.ended = asyncio.Event()
         configure_encoders(config.encoder)
         install_timed_encoders()
         self._executor = executor
@@ -275,30 +275,13 @@ class Session:
         self.audio = DelayedAudioTrack(self._audio_delay_s)
         self.audio_offset_ms = 0
 
-    # The core's state, as the routes and the revocation watcher read it.
-    @property
-    def identity_id(self) -> str:
-        return self.core.identity_id
-
-    @property
-    def source(self) -> FaceSources:
-        return self.core.source
-
-    @property
-    def marker(self) -> FrameMarker | None:
-        return self.core.marker
-
-    @marker.setter
-    def marker(self, marker: FrameMarker | None) -> None:
-        self.core.marker = marker
-
-    @property
-    def output_listeners(self) -> list[OutputListener]:
-        return self.core.output_listeners
-
     @property
     def counters(self) -> LiveCounters:
         return self.core.counters
+
+    @property
+    def audio_listeners(self) -> list[AudioListener]:
+        return self.audio.outputs
 
     # --------------------------------------------------------------------------------- signalling
 
@@ -527,10 +510,6 @@ class Session:
         ice = self.pc.iceConnectionState in ("connected", "completed")
         deadline = self._config.connect_timeout_s if ice else self._config.ice_timeout_s
         return max(0.0, deadline - elapsed) + WATCHDOG_PERIOD_S
-
-    def switch(self, identity_id: str, source: FaceSources) -> None:
-        """Use another identity from the next frame on; no renegotiation."""
-        self.core.switch(identity_id, source)
 
     def stats(self) -> dict[str, Any]:
         return {

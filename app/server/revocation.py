@@ -67,50 +67,35 @@ class RevocationWatcher:
 
     # ------------------------------------------------------------------------------ registering
 
-    def session_started(self, session: Session, principal: Principal) -> None:
-        self.access.owners.set(session, principal)
+    def output_started(self, output: Session | Stream, principal: Principal) -> None:
+        """Record who opened a session or stream (revoking that credential ends it) and audit its start; its
+        viewer tokens are forgotten, and a session's end audited, when it ends."""
+        kind = output.core.kind
+        self.access.owners.set(output, principal)
         self.access.audit.event(
-            "session_started",
-            session=session.id,
+            f"{kind}_started",
+            **{kind: output.id},
             owner=principal.id,
             credential=principal.credential,
-            identity=session.identity_id,
-            mark=session.marker.mark if session.marker else None,
+            identity=output.identity_id,
+            mark=output.marker.mark if output.marker else None,
         )
-        task = asyncio.get_running_loop().create_task(self._audit_end(session, principal))
-        task.set_name(f"session-{session.id[:8]}-audit")
+        task = asyncio.get_running_loop().create_task(self._when_ended(output, principal))
+        task.set_name(f"{kind}-{output.id[:8]}-audit")
         self._audit_tasks.add(task)
         task.add_done_callback(self._audit_tasks.discard)
 
-    async def _audit_end(self, session: Session, principal: Principal) -> None:
-        await session.closed.wait()
-        self.access.viewer_tokens.forget_output(f"session/{session.id}")
-        self.access.audit.event(
-            "session_ended",
-            session=session.id,
-            owner=principal.id,
-            identity=session.identity_id,
-            reason=session.close_reason,
-        )
-
-    def stream_started(self, stream: Stream, principal: Principal) -> None:
-        self.access.owners.set(stream, principal)
-        self.access.audit.event(
-            "stream_started",
-            stream=stream.id,
-            owner=principal.id,
-            credential=principal.credential,
-            identity=stream.identity_id,
-            mark=stream.marker.mark if stream.marker else None,
-        )
-        task = asyncio.get_running_loop().create_task(self._forget_tokens(stream))
-        task.set_name(f"stream-{stream.id[:8]}-tokens")
-        self._audit_tasks.add(task)
-        task.add_done_callback(self._audit_tasks.discard)
-
-    async def _forget_tokens(self, stream: Stream) -> None:
-        await stream.ended.wait()
-        self.access.viewer_tokens.forget_output(f"stream/{stream.id}")
+    async def _when_ended(self, output: Session | Stream, principal: Principal) -> None:
+        await output.ended.wait()
+        self.access.viewer_tokens.forget_output(f"{output.core.kind}/{output.id}")
+        if isinstance(output, Session):  # a stream's end is audited where it is closed, with its reason
+            self.access.audit.event(
+                "session_ended",
+                session=output.id,
+                owner=principal.id,
+                identity=output.identity_id,
+                reason=output.close_reason,
+            )
 
     async def close_stream(self, stream: Stream, reason: str) -> None:
         streams = self.state.streams

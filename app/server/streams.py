@@ -16,14 +16,15 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from app.live.core import LiveCore, OutputListener
+from app.live.adapter import LiveOutput
+from app.live.core import LiveCore
 from app.media.rtsp_in import IngestWorker, SourceForbidden, is_live_source
 from app.observability import Metrics
 from app.pipeline.identity_map import FaceSources
 from app.pipeline.pipeline import FramePipeline
 from app.pipeline.timing import StageTimer
 from app.pipeline.types import Image
-from app.provenance.service import FrameMarker, Provenance
+from app.provenance.service import Provenance
 from app.runtime.batcher import BatcherError
 from app.server.admission import Admission
 from app.server.ingest_policy import CheckedSource, HostUnresolved, SourceRefused, coarse_error, redact_credentials
@@ -92,7 +93,7 @@ class LazyPublisher:
             publisher.close()
 
 
-class Stream:
+class Stream(LiveOutput):
     def __init__(
         self,
         *,
@@ -128,28 +129,6 @@ class Stream:
         self._seen_in = 0
         self._seen_dropped = 0
         self.ended = asyncio.Event()
-
-    # The core's state, as the routes and the revocation watcher read it.
-    @property
-    def identity_id(self) -> str:
-        return self.core.identity_id
-
-    @property
-    def source(self) -> FaceSources:
-        return self.core.source
-
-    @property
-    def marker(self) -> FrameMarker | None:
-        return self.core.marker
-
-    @marker.setter
-    def marker(self, marker: FrameMarker | None) -> None:
-        self.core.marker = marker
-
-    @property
-    def output_listeners(self) -> list[OutputListener]:
-        """Called with every output frame on the ingest thread (WHEP viewers); each must return at once."""
-        return self.core.output_listeners
 
     def process(self, frames: list[Image]) -> list[Image]:
         """Called by the ingest worker's thread with its newest decoded frame; returns the swapped ones (the
@@ -194,9 +173,6 @@ class Stream:
 
     def on_state(self, state: str) -> None:
         self.state = state
-
-    def switch(self, identity_id: str, source: FaceSources) -> None:
-        self.core.switch(identity_id, source)
 
     def stats(self) -> dict[str, Any]:
         worker_stats: dict[str, Any] = {}

@@ -356,9 +356,9 @@ def world(
         allow_file_sources=True,
         max_sessions=8,
         max_streams=8,
-        connect_timeout_s=120.0,
+        connect_timeout_s=900.0,
         # The matrix's sessions have no peer behind them: they must outlive the unconnected-session timeout.
-        ice_timeout_s=120.0,
+        ice_timeout_s=900.0,
     )
     with start_server(settings, pipeline_factory) as server:
         yield World(server, creds, tom_png, real_offer(), video)

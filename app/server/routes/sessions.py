@@ -56,7 +56,7 @@ async def create_session(
         raise HTTPException(400, "the offer contains NUL characters")
     chosen, source = await sources_for(state, principal, None, identity or None, entries, match_threshold)
     session, answer = await sessions.open(offer, chosen, source, principal.id, label=label)
-    revocation.session_started(session, principal)
+    revocation.output_started(session, principal)
     for used in sorted({chosen} | identities_of(source)):
         if not state.store.exists(used):  # deleted while this session was negotiated
             await session.close("identity deleted")

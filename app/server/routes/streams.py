@@ -81,7 +81,7 @@ async def create_stream(
         requested_url=source_url,
         label=request.label,
     )
-    revocation.stream_started(stream, principal)
+    revocation.output_started(stream, principal)
     response.headers["Location"] = f"/v1/streams/{stream.id}"
     return stream.stats()
 

@@ -1,0 +1,51 @@
+"""What every transport adapter of the live core exposes, read from its core: a WebRTC session and an RTSP
+ingest stream are both a `LiveOutput` to the routes, the viewers and the revocation watcher."""
+
+import asyncio
+from collections.abc import Callable
+
+import av
+
+from app.live.core import LiveCore, OutputListener
+from app.pipeline.identity_map import FaceSources
+from app.provenance.service import FrameMarker
+
+AudioListener = Callable[[av.AudioFrame], None]
+
+
+class LiveOutput:
+    """Mixed into an adapter that sets `id`, `core` and `ended` (set once the output is over for good)."""
+
+    id: str
+    core: LiveCore
+    ended: asyncio.Event
+
+    @property
+    def identity_id(self) -> str:
+        return self.core.identity_id
+
+    @property
+    def source(self) -> FaceSources:
+        return self.core.source
+
+    @property
+    def marker(self) -> FrameMarker | None:
+        return self.core.marker
+
+    @marker.setter
+    def marker(self, marker: FrameMarker | None) -> None:
+        self.core.marker = marker
+
+    @property
+    def output_listeners(self) -> list[OutputListener]:
+        """Called with every processed frame; each must return at once."""
+        return self.core.output_listeners
+
+    @property
+    def audio_listeners(self) -> list[AudioListener] | None:
+        """Where the output's audio goes, for outputs that carry audio; None for video-only ones."""
+        return None
+
+    def switch(self, identity_id: str, source: FaceSources) -> None:
+        """Use another identity (or map) from the next frame on."""
+        self.core.switch(identity_id, source)

@@ -3,6 +3,7 @@ ingest stream are both a `LiveOutput` to the routes, the viewers and the revocat
 
 import asyncio
 from collections.abc import Callable
+from typing import Any
 
 import av
 
@@ -45,6 +46,10 @@ class LiveOutput:
     def audio_listeners(self) -> list[AudioListener] | None:
         """Where the output's audio goes, for outputs that carry audio; None for video-only ones."""
         return None
+
+    def stats(self) -> dict[str, Any]:
+        """What `GET` answers about the output (the core's figures and the transport's own)."""
+        raise NotImplementedError
 
     def switch(self, identity_id: str, source: FaceSources) -> None:
         """Use another identity (or map) from the next frame on."""

@@ -20,7 +20,17 @@ from app.server.limits import BodyLimitMiddleware
 from app.server.openapi import describe_real_bodies
 from app.server.public_url import AbsoluteLocation
 from app.server.revocation import RevocationWatcher
-from app.server.routes import audio, health, identities, operations, sessions, streams, viewer_tokens, whep
+from app.server.routes import (
+    audio,
+    health,
+    identities,
+    operations,
+    outputs,
+    sessions,
+    streams,
+    viewer_tokens,
+    whep,
+)
 from app.server.routes.identities import upload_limit
 from app.server.settings import ServerSettings
 from app.server.state import PipelineFactory, ServerState, StateListener
@@ -100,6 +110,7 @@ def create_app(
     app.include_router(identities.router)
     app.include_router(sessions.router)
     app.include_router(streams.router)
+    app.include_router(outputs.router)
     app.include_router(operations.router)
     app.include_router(whep.router)
     app.include_router(viewer_tokens.router)

@@ -1,5 +1,5 @@
-"""The two kinds of live output the API serves alike, a session's and an ingest stream's: their routes (WHEP,
-viewer tokens) are written once and registered per kind."""
+"""The two kinds of live output the API serves alike, a session's and an ingest stream's: their common routes
+(listing, reading, switching identity, WHEP, viewer tokens) are written once and registered per kind."""
 
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -24,6 +24,7 @@ class OutputKind:
     param: str  # the path parameter's name: session_id
     scope: str
     find: Callable[[ServerState, str, Principal, Access], LiveOutput]
+    every: Callable[[ServerState], list[LiveOutput]]  # all live outputs of the kind, whoever owns them
 
     def owned(self, state: ServerState, output_id: str, principal: Principal, access: Access) -> LiveOutput:
         """The output if `principal` may use it (its owner, admin, or a viewer token of it on the routes that
@@ -51,6 +52,7 @@ SESSION_OUTPUTS = OutputKind(
     "session_id",
     SESSIONS,
     lambda state, output_id, principal, access: owned_session(get_sessions(state), output_id, principal, access),
+    lambda state: list(get_sessions(state).sessions()),
 )
 STREAM_OUTPUTS = OutputKind(
     "streams",
@@ -58,5 +60,6 @@ STREAM_OUTPUTS = OutputKind(
     "stream_id",
     STREAMS,
     lambda state, output_id, principal, access: owned_stream(get_streams(state), output_id, principal, access),
+    lambda state: list(get_streams(state).streams()),
 )
 OUTPUT_KINDS = (SESSION_OUTPUTS, STREAM_OUTPUTS)

@@ -1,6 +1,6 @@
 """WebRTC sessions, WHIP-style: POST an SDP offer, get the SDP answer; the swapped video comes back on it."""
 
-from typing import Annotated, Any
+from typing import Annotated
 
 from fastapi import APIRouter, HTTPException, Path, Query, Request, Response
 
@@ -12,7 +12,6 @@ from app.server.deps import RevocationDep, SessionsDep, StateDep
 from app.server.identity_maps import (
     MAX_MAP_ENTRIES,
     MIN_MATCH_THRESHOLD,
-    SourceChoice,
     parse_query_map,
     sources_for,
 )
@@ -67,39 +66,6 @@ async def create_session(
     if session.rtsp_url:
         headers["X-RTSP-URL"] = session.rtsp_url
     return Response(answer, status_code=201, media_type="application/sdp", headers=headers)
-
-
-@router.get("")
-async def list_sessions(
-    principal: SessionsUser, sessions: SessionsDep, access: AccessDep
-) -> dict[str, list[dict[str, Any]]]:
-    return {"sessions": [s.stats() for s in sessions.sessions() if access.owners.visible(principal, s)]}
-
-
-@router.get("/{session_id}")
-async def get_session(
-    session_id: SessionId, principal: SessionsUser, sessions: SessionsDep, access: AccessDep
-) -> dict[str, Any]:
-    return owned_session(sessions, session_id, principal, access).stats()
-
-
-@router.patch("/{session_id}")
-async def switch_identity(
-    session_id: SessionId,
-    change: SourceChoice,
-    principal: SessionsUser,
-    state: StateDep,
-    sessions: SessionsDep,
-    access: AccessDep,
-) -> dict[str, Any]:
-    """Switch to another identity of the session's owner (admin: any), or to another identity map
-    (`{"map": [{"person": ID, "identity": ID}], "match_threshold": 0.92}`), from the next frame on."""
-    session = owned_session(sessions, session_id, principal, access)
-    chosen, source = await sources_for(
-        state, principal, session.source, change.identity, change.map, change.match_threshold
-    )
-    session.switch(chosen, source)
-    return session.stats()
 
 
 @router.delete("/{session_id}", status_code=204)

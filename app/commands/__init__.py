@@ -19,6 +19,7 @@ def _commands() -> list[Register]:
         bench_server,
         bench_upload,
         bench_watermark,
+        config,
         demo,
         engines_group,
         keys,
@@ -33,6 +34,7 @@ def _commands() -> list[Register]:
     return [
         serve.register,
         keys.register,
+        config.register,
         demo.register,
         swap.register,
         models.register,

@@ -47,8 +47,14 @@ def get(url: str) -> tuple[int, str]:
 
 def test_the_wheel_serves_from_a_clean_environment(tmp_path: Path) -> None:
     assert UV is not None
+    source = tmp_path / "source"  # a copy, so that the build leaves nothing in the working tree
+    source.mkdir()
+    for name in ("pyproject.toml", "README.md", "NOTICE"):
+        shutil.copy2(ROOT / name, source / name)
+    for package in ("app", "engines"):
+        shutil.copytree(ROOT / package, source / package, ignore=shutil.ignore_patterns("__pycache__"))
     dist = tmp_path / "dist"
-    run(sys.executable, "-m", "build", "--outdir", dist, ROOT)
+    run(sys.executable, "-m", "build", "--outdir", dist, source)
     wheels, sdists = sorted(dist.glob("swapcast-*.whl")), sorted(dist.glob("swapcast-*.tar.gz"))
     assert len(wheels) == 1 and len(sdists) == 1
 

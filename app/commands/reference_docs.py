@@ -1,10 +1,12 @@
 """The generated reference pages of the docs site: settings (from the settings classes), the command line (from
-the argument parser) and metrics (from the registries). `python -m app.commands.reference_docs` writes them;
-`--check` exits 1 when a page on disk is stale (tests/commands/test_reference_docs.py runs the same check)."""
+the argument parser), metrics (from the registries) and HTTP operations (from the OpenAPI document).
+`python -m app.commands.reference_docs` writes them; `--check` exits 1 when a page on disk is stale
+(tests/commands/test_reference_docs.py runs the same check)."""
 
 import argparse
 import os
 import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -73,10 +75,47 @@ def metrics_markdown() -> str:
     return "\n".join(lines) + "\n"
 
 
+def openapi_markdown() -> str:
+    from app.auth.settings import AccessSettings
+    from app.server.app import create_app
+    from app.server.settings import ServerSettings
+
+    with tempfile.TemporaryDirectory() as scratch:  # the app is built, never started: nothing is written here
+        settings = ServerSettings(
+            identity_dir=Path(scratch) / "identities", access=AccessSettings(keys_file=Path(scratch) / "keys.json")
+        )
+        spec = create_app(settings).openapi()
+    lines = [
+        "# HTTP operations",
+        "",
+        "<!-- Generated from the OpenAPI document by `python -m app.commands.reference_docs`; do not edit. -->",
+        "",
+        "Every operation of the API as the server's OpenAPI document states it (a running server serves the",
+        "document at `/openapi.json` and an explorer at `/docs`). *bearer*: needs a key or JWT unless the server",
+        "runs in local mode ([Access control](../operations/access-control.md)).",
+        "",
+        "| method | path | what | auth |",
+        "|---|---|---|---|",
+    ]
+    for path, operations in spec["paths"].items():
+        for method, operation in operations.items():
+            description = " ".join(operation.get("description", "").split())
+            what = f"{operation['summary']}: {description}" if description else operation["summary"]
+            what = what.replace("|", "\\|")
+            auth = "bearer" if operation.get("security") else "open"
+            lines.append(f"| {method.upper()} | `{path}` | {what} | {auth} |")
+    return "\n".join(lines) + "\n"
+
+
 def pages() -> dict[str, str]:
     from app.settings_catalog import settings_markdown
 
-    return {"settings.md": settings_markdown(), "cli.md": cli_markdown(), "metrics.md": metrics_markdown()}
+    return {
+        "settings.md": settings_markdown(),
+        "cli.md": cli_markdown(),
+        "metrics.md": metrics_markdown(),
+        "openapi.md": openapi_markdown(),
+    }
 
 
 def stale(docs: Path = DOCS) -> list[str]:

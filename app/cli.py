@@ -4,6 +4,7 @@ import argparse
 import logging
 import sys
 from collections.abc import Sequence
+from importlib import metadata
 from typing import NoReturn, cast
 
 from pydantic import ValidationError
@@ -20,9 +21,18 @@ class _OneLineParser(argparse.ArgumentParser):
         self.exit(2, f"swapcast: error: {message} (see `{self.prog} --help`)\n")
 
 
+def installed_version() -> str:
+    """The installed distribution's version (a source tree that was never installed has none)."""
+    try:
+        return metadata.version("swapcast")
+    except metadata.PackageNotFoundError:
+        return "(not installed)"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _OneLineParser(prog="swapcast", description="Real-time face swap: files, benchmarks, models.")
     parser.add_argument("-v", "--verbose", action="store_true", help="log debug messages")
+    parser.add_argument("--version", action="version", version=f"swapcast {installed_version()}")
     sub = cast(
         "argparse._SubParsersAction[argparse.ArgumentParser]",
         parser.add_subparsers(dest="command", required=True, parser_class=_OneLineParser),

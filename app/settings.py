@@ -22,7 +22,7 @@ class ModelStoreSettings(BaseSettings):
 
     model_config = SettingsConfigDict(env_prefix="SWAPCAST_", extra="ignore")
 
-    model_dir: Path = Field(default_factory=default_model_dir)
+    model_dir: Path = Field(default_factory=default_model_dir, description="Where model files live.")
 
 
 class PipelineSettings(BaseSettings):
@@ -30,46 +30,112 @@ class PipelineSettings(BaseSettings):
 
     # The swap engine (SWAPCAST_ENGINE; the field keeps that name); "auto" is resolved against the model
     # directory when the pipeline is built (app.model_store.resolve_swap_engine).
-    engine: SwapEngineChoice = "classic"
-    landmark_model: str = "face_mesh_468"
-    mouth_mask: float = Field(0.0, ge=0.0, le=1.0)  # keep the target's own mouth: 0 off, 1 lips and inside
-    mesh_shape: float = Field(0.0, ge=0.0, le=1.0)  # mesh engine: inner face toward the source's proportions
-    swapper_model: str = "inswapper_128"
-    recognizer_model: str = "arcface_w600k_r50"
-    detector_model: str = "retinaface_mnet025"
-    enhancer_model: str | None = None  # e.g. realesr_animevideov3_x2; None = no enhancement
-    enhance_blend: float = Field(1.0, ge=0.0, le=1.0)
-    detect_size: int = Field(640, ge=128, le=2048)
+    engine: SwapEngineChoice = Field(
+        "classic",
+        description=(
+            "Swap engine: auto (inswapper with its weights, else mesh, else classic), mesh, "
+            "classic, inswapper or passthrough. Files default to classic, serve to auto."
+        ),
+    )
+    landmark_model: str = Field("face_mesh_468", description="Face landmark model of the mesh engine.")
+    mouth_mask: float = Field(
+        0.0, ge=0.0, le=1.0, description="Keep the target's own mouth: 0 off, 1 lips and inside (any engine)."
+    )
+    mesh_shape: float = Field(
+        0.0, ge=0.0, le=1.0, description="Mesh engine: pull the inner face toward the source's proportions, 0 to 1."
+    )
+    swapper_model: str = Field("inswapper_128", description="Swap model of the inswapper engine.")
+    recognizer_model: str = Field(
+        "arcface_w600k_r50",
+        description=(
+            "ArcFace recognizer giving the inswapper engine its source embedding (and identity maps their embedder)."
+        ),
+    )
+    detector_model: str = Field("retinaface_mnet025", description="Face detector.")
+    enhancer_model: str | None = Field(
+        None, description="Face enhancer run after the swap, e.g. realesr_animevideov3_x2; unset: none."
+    )
+    enhance_blend: float = Field(
+        1.0, ge=0.0, le=1.0, description="How much of the enhanced face is blended in, 0 to 1."
+    )
+    detect_size: int = Field(
+        640, ge=128, le=2048, description="Detector input (long side, px) for files and identity photos."
+    )
     # The detector's input (longer side) for live video, sessions and ingest streams: a camera's face is large,
-    # and 320 found every face of the server benchmark's clip at under half the time of 640 (README,
-    # Benchmarks). Files and identity photos keep `detect_size`.
-    live_detect_size: int = Field(320, ge=128, le=2048)
-    detect_threshold: float = Field(0.75, gt=0.0, lt=1.0)
-    detect_interval: int = Field(1, ge=1, le=60)
+    # and 320 found every face of the server benchmark's clip at under half the time of 640 (docs/operations/
+    # benchmarks.md). Files and identity photos keep `detect_size`.
+    live_detect_size: int = Field(
+        320, ge=128, le=2048, description="Detector input (long side, px) for live video: sessions and ingest streams."
+    )
+    detect_threshold: float = Field(0.75, gt=0.0, lt=1.0, description="Detector score a face needs.")
+    detect_interval: int = Field(1, ge=1, le=60, description="Files: detect every K frames, track in between.")
     # Live sessions detect in the background, off the frame's path, every K-th frame (and whenever a face is
     # missed, moves fast or changes look); frames in between are tracked (app.pipeline.live).
-    live_detect_interval: int = Field(3, ge=1, le=60)
+    live_detect_interval: int = Field(
+        3,
+        ge=1,
+        le=60,
+        description=(
+            "Live video: scheduled detection every K frames (and whenever a face is missed, moves fast or changes)."
+        ),
+    )
     # On by default: scheduled detections of still or drifting faces run off the frame's path; frames with a
     # new, missed or fast face wait for theirs (late results carried forward overshot a face that stopped).
-    live_detect_background: bool = True
+    live_detect_background: bool = Field(
+        True, description=("Live video: scheduled detections of still or drifting faces run off the frame's path.")
+    )
     # A swapped face the detector misses is swapped where the tracker predicts it for `hold_frames`, then
     # covered where it was last seen until found again (SWAPCAST_ON_FACE_LOST; app.pipeline.track).
-    on_face_lost: FaceLostPolicy = "hold"
-    hold_frames: int = Field(4, ge=0, le=60)
-    refine_landmarks: bool = True  # second detector pass per face: steadier alignment, ~2 small runs per face
-    faces: Literal["all", "largest"] = "all"
+    on_face_lost: FaceLostPolicy = Field(
+        "hold",
+        description=(
+            "A swapped face the detector misses: hold (swap it where the tracker predicts, then "
+            "cover), cover (pixelate) or pass."
+        ),
+    )
+    hold_frames: int = Field(
+        4, ge=0, le=60, description="Frames a lost face is swapped where the tracker predicts it before it is covered."
+    )
+    refine_landmarks: bool = Field(
+        True,
+        description=(
+            "A second detector pass per face for steadier alignment, about two small runs per "
+            "face (off for live video unless set)."
+        ),
+    )
+    faces: Literal["all", "largest"] = Field("all", description="Which faces are swapped: all or largest.")
     # Identity maps: the cosine similarity a face needs to a person's reference to be that person; None: the
     # embedder's own (app.identity.embedder: dlib 0.92, ArcFace 0.4).
-    match_threshold: float | None = Field(None, ge=0.3, le=1.0)  # cosine similarity; below 0.3 strangers match
-    color_strength: float = Field(1.0, ge=0.0, le=1.0)
-    mask: Literal["auto", "box", "ellipse"] = "auto"
-    threads: int | None = Field(None, ge=1)  # per model run; None = all cores
-    backend: BackendName = "auto"
+    match_threshold: float | None = Field(
+        None,
+        ge=0.3,  # below 0.3 even ArcFace takes different people for one: strangers would be swapped
+        le=1.0,
+        description=(
+            "Identity maps: the cosine similarity a face needs to be a person, 0.3 to 1; unset: the "
+            "embedder's own (dlib 0.92, ArcFace 0.4)."
+        ),
+    )
+    color_strength: float = Field(
+        1.0, ge=0.0, le=1.0, description="How far the pasted face's colour is matched to the target, 0 to 1."
+    )
+    mask: Literal["auto", "box", "ellipse"] = Field(
+        "auto", description="Paste-back mask: auto (ellipse for classic, box otherwise), box or ellipse."
+    )
+    threads: int | None = Field(
+        None, ge=1, description="Threads per model run; unset: all cores (serve: 1, as sessions run in parallel)."
+    )
+    backend: BackendName = Field("auto", description="Where models run: auto, onnxruntime, tensorrt, torch or triton.")
     # fp16 and int8 load the variants made by `swapcast engines fp16|int8|build-trt NAME` when present.
-    precision: Precision = "fp32"
-    triton_url: str = "127.0.0.1:8001"  # gRPC address of the Triton server for backend "triton"
+    precision: Precision = Field(
+        "fp32",
+        description=("Model precision: fp32, fp16 or int8 (the variants `swapcast engines` makes, when present)."),
+    )
+    triton_url: str = Field("127.0.0.1:8001", description="gRPC address of the Triton server for backend triton.")
     # Tensors through system shared memory: auto = when triton_url is loopback (the server on this host).
-    triton_shm: Literal["auto", "on", "off"] = "auto"
+    triton_shm: Literal["auto", "on", "off"] = Field(
+        "auto",
+        description=("Tensors to Triton through system shared memory: auto (when the URL is loopback), on or off."),
+    )
 
     @property
     def local_backend(self) -> LocalBackend:
@@ -83,13 +149,19 @@ class BatchingSettings(BaseSettings):
 
     model_config = SettingsConfigDict(env_prefix="SWAPCAST_BATCH_", extra="ignore")
 
-    detect_max_batch: int = Field(8, ge=1, le=256)
-    swap_max_batch: int = Field(8, ge=1, le=256)
-    enhance_max_batch: int = Field(4, ge=1, le=256)
-    max_delay_ms: float = Field(4.0, ge=0.0, le=100.0)
-    max_queue: int = Field(64, ge=1)
-    policy: Literal["reject_newest", "drop_stalest"] = "drop_stalest"
-    deadline_ms: float | None = Field(250.0, gt=0.0)
+    detect_max_batch: int = Field(8, ge=1, le=256, description="Largest batch of the detector's batcher.")
+    swap_max_batch: int = Field(8, ge=1, le=256, description="Largest batch of the swap model's batcher.")
+    enhance_max_batch: int = Field(4, ge=1, le=256, description="Largest batch of the enhancer's batcher.")
+    max_delay_ms: float = Field(
+        4.0, ge=0.0, le=100.0, description="How long a batcher waits for more items before it runs a batch."
+    )
+    max_queue: int = Field(64, ge=1, description="Items waiting per batcher.")
+    policy: Literal["reject_newest", "drop_stalest"] = Field(
+        "drop_stalest", description="When a batcher's queue is full: reject_newest or drop_stalest."
+    )
+    deadline_ms: float | None = Field(
+        250.0, gt=0.0, description="Items older than this are dropped instead of computed; unset: no deadline."
+    )
 
 
 EncoderBackend = Literal["auto", "nvenc", "x264"]
@@ -104,20 +176,33 @@ def _default_bitrates() -> dict[int, tuple[int, int]]:
 
 class EncoderSettings(BaseSettings):
     """H.264 encoding of live output (WebRTC sessions and WHEP viewers; app.media.encoder), SWAPCAST_ENCODER_*.
-    Defaults come from `swapcast bench-encoder` and `swapcast bench-server` on 2 cores (see README)."""
+    Defaults come from `swapcast bench-encoder` and `swapcast bench-server` on 2 cores
+    (docs/operations/benchmarks.md)."""
 
     model_config = SettingsConfigDict(env_prefix="SWAPCAST_ENCODER_", extra="ignore")
 
     # auto: NVENC where FFmpeg can open it (an NVIDIA GPU with its driver), else libx264.
-    backend: EncoderBackend = "auto"
-    x264_preset: X264Preset = "superfast"
-    x264_tune: Literal["zerolatency"] | None = "zerolatency"  # no frame look-ahead, no B-frames: no added delay
-    nvenc_preset: Literal["p1", "p2", "p3", "p4", "p5", "p6", "p7"] = "p2"
-    keyframe_interval_s: float = Field(2.0, gt=0.0, le=60.0)
+    backend: EncoderBackend = Field(
+        "auto", description=("Live H.264 encoder: auto (NVENC where FFmpeg can open it, else libx264), nvenc or x264.")
+    )
+    x264_preset: X264Preset = Field("superfast", description="libx264 preset.")
+    x264_tune: Literal["zerolatency"] | None = Field(
+        "zerolatency", description="libx264 tune; zerolatency adds no look-ahead or B-frames."
+    )
+    nvenc_preset: Literal["p1", "p2", "p3", "p4", "p5", "p6", "p7"] = Field(
+        "p2", description="NVENC preset, p1 (fastest) to p7."
+    )
+    keyframe_interval_s: float = Field(2.0, gt=0.0, le=60.0, description="Seconds between keyframes.")
     # Frame height -> (min, max) kbit/s; a frame uses the band of the smallest height at least its own (the
     # largest band above that). The receiver's estimate (REMB) moves the rate inside its band.
-    bitrate_kbps: dict[int, tuple[int, int]] = Field(default_factory=_default_bitrates)
-    threads: int = Field(1, ge=0, le=16)  # per encoder; 0 = FFmpeg's choice (all cores)
+    bitrate_kbps: dict[int, tuple[int, int]] = Field(
+        default_factory=_default_bitrates,
+        description=(
+            "Bitrate band (min, max kbit/s) per frame height, as a JSON object; the receiver's "
+            "estimate moves the rate inside it."
+        ),
+    )
+    threads: int = Field(1, ge=0, le=16, description="Threads per encoder; 0: FFmpeg's choice.")
 
     @field_validator("bitrate_kbps")
     @classmethod

@@ -29,10 +29,10 @@ skip() { echo "image check skipped: $*"; exit 0; }
 seconds_since() { echo $(( $(date +%s) - $1 )); }
 
 [ "$(id -u)" = 0 ] || skip "its own Docker daemon needs root (running as uid $(id -u))"
-command -v dockerd >/dev/null || skip "no Docker engine on this machine (scripts/setup.sh installs docker.io with apt)"
+command -v dockerd >/dev/null || skip "no Docker engine on this machine (scripts/setup-dev.sh installs docker.io with apt)"
 KUBECTL="$(command -v kubectl || echo "${VENV:-.venv}/bin/kubectl")"
 for tool in "$DOCKER" "$COMPOSE" mmdebstrap "$KUBECTL"; do
-    command -v "$tool" >/dev/null || fail "$tool is not installed (scripts/setup.sh installs it)"
+    command -v "$tool" >/dev/null || fail "$tool is not installed (scripts/setup-dev.sh installs it)"
 done
 mkdir -p "$WORK"
 

@@ -12,5 +12,6 @@ if [ ! -x "$PYTHON" ]; then
 fi
 export PIP_DISABLE_PIP_VERSION_CHECK=1
 "$PYTHON" -m venv .venv-triton
-.venv-triton/bin/pip install -q "nvidia-pytriton==0.7.0" "numpy<2" "onnxruntime>=1.18"
+# Outside uv.lock (its numpy<2 conflicts with the project's), so pinned here.
+.venv-triton/bin/pip install -q "nvidia-pytriton==0.7.0" "numpy==1.26.4" "onnxruntime==1.32.0"
 echo "tritonserver is installed in .venv-triton"

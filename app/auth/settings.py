@@ -21,37 +21,64 @@ def default_keys_file() -> Path:
 class AccessSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="SWAPCAST_", extra="ignore")
 
-    keys_file: Path = Field(default_factory=default_keys_file)  # written by `swapcast keys`
+    keys_file: Path = Field(
+        default_factory=default_keys_file, description="The API keys file `swapcast keys` writes (salted hashes only)."
+    )
 
     # JWTs from an identity provider: one of a shared HS256 secret, a PEM public key (RS256/ES256), or a JWKS file.
-    jwt_secret: SecretStr | None = None
-    jwt_public_key_file: Path | None = None
-    jwt_jwks_file: Path | None = None
-    jwt_issuer: str | None = None
-    jwt_audience: str | None = None
-    jwt_leeway_s: float = Field(30.0, ge=0.0, le=600.0)
+    jwt_secret: SecretStr | None = Field(None, description="HS256 secret (at least 32 bytes) to verify JWTs with.")
+    jwt_public_key_file: Path | None = Field(
+        None, description="PEM public key to verify JWTs with (RS256 or ES256 by key type)."
+    )
+    jwt_jwks_file: Path | None = Field(None, description="JWKS file to verify JWTs with (keys by kid).")
+    jwt_issuer: str | None = Field(None, description="The iss a JWT must carry.")
+    jwt_audience: str | None = Field(None, description="The aud a JWT must carry; required with any JWT key.")
+    jwt_leeway_s: float = Field(30.0, ge=0.0, le=600.0, description="Clock leeway for a JWT's exp and nbf, in seconds.")
 
     # Serve without any credential on a non-loopback address (everyone acts as the local principal).
-    allow_anonymous: bool = False
+    allow_anonymous: bool = Field(
+        False,
+        description=("Serve without any credential on a non-loopback address (everyone acts as the local principal)."),
+    )
     # Host header values accepted; None = the bind host, the public host, localhost, 127.0.0.1 and ::1.
-    allowed_hosts: list[str] | None = None
+    allowed_hosts: list[str] | None = Field(
+        None,
+        description=(
+            "Host header values accepted (JSON list); unset: the bind host, the public host, "
+            "localhost, 127.0.0.1, ::1 (and the machine's names on a wildcard bind)."
+        ),
+    )
     # Origins a browser page may call the API from (CORS); none by default: only the server's own page.
-    cors_origins: list[str] = Field(default_factory=list)
+    cors_origins: list[str] = Field(
+        default_factory=list,
+        description=("Origins a browser page may call the API from (JSON list); none: only the server's own page."),
+    )
     # Wait this long per recent authentication failure from one address (capped), before answering.
-    auth_failure_delay_s: float = Field(0.2, ge=0.0, le=5.0)
-    auth_failure_delay_max_s: float = Field(2.0, ge=0.0, le=30.0)
+    auth_failure_delay_s: float = Field(
+        0.2,
+        ge=0.0,
+        le=5.0,
+        description=("Delay per authentication failure from one address in the last minute, before answering."),
+    )
+    auth_failure_delay_max_s: float = Field(2.0, ge=0.0, le=30.0, description="Cap of that delay.")
 
     # One JSON line per security event: "stdout", a file path, or None for no audit log.
-    audit_log: str | None = None
+    audit_log: str | None = Field(
+        None, description="One JSON line per security event: stdout or a file path; unset: off."
+    )
 
     # Each RTSP output gets its own login, handed only to its owner (OBS and ffmpeg: rtsp://user:pass@host/...).
-    rtsp_auth: bool = True
+    rtsp_auth: bool = Field(
+        True, description=("Give each RTSP output its own login (Digest authentication), handed only to its owner.")
+    )
 
     # Serve /metrics without credentials on this loopback-only port as well (the usual Prometheus set-up).
-    metrics_port: int | None = Field(None, ge=0, le=65535)
+    metrics_port: int | None = Field(
+        None, ge=0, le=65535, description="Also serve /metrics without credentials on this loopback-only port."
+    )
 
-    tls_cert: Path | None = None
-    tls_key: Path | None = None
+    tls_cert: Path | None = Field(None, description="TLS certificate (PEM) to serve HTTPS with; with SWAPCAST_TLS_KEY.")
+    tls_key: Path | None = Field(None, description="TLS private key (PEM); with SWAPCAST_TLS_CERT.")
 
     @model_validator(mode="after")
     def _one_jwt_key_source(self) -> "AccessSettings":

@@ -93,7 +93,10 @@ def run(args: argparse.Namespace) -> int:
     from app.server.connections import uvicorn_options
     from app.server.draining_server import DrainingServer
     from app.server.state import ServerState
+    from app.settings_catalog import unknown_warnings
 
+    for line in unknown_warnings():  # a misspelt setting would otherwise be ignored without a word
+        print(line, file=sys.stderr)
     settings = build_settings(args)
     check_access(settings)
     sock = listen(settings.host, settings.port)

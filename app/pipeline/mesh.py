@@ -6,7 +6,7 @@ Per face: dense landmarks on the target crop (one model pass: a fixed warp frame
 model wants), the piecewise-affine maps on a small grid (app.pipeline.mesh_warp), one remap of the source
 texture, colour matched to the target in LAB on thumbnails, and a blend through a mask defined in canonical
 texture space (brows to chin, inside the cheek silhouette) minus the target's mouth and eye openings.
-Measured by `swapcast bench-quality`; prototype figures are in the README's engines section.
+Measured by `swapcast bench-quality`; prototype figures are in docs/guides/files.md (Engines).
 """
 
 from contextlib import AbstractContextManager, nullcontext

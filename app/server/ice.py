@@ -17,14 +17,29 @@ TURN_SCHEMES = ("turn:", "turns:")
 class IceSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="SWAPCAST_", extra="ignore")
 
-    turn_urls: list[str] = Field(default_factory=list)  # e.g. ["turn:turn.example.org:3478?transport=udp"]
-    turn_secret: SecretStr | None = None  # coturn's static-auth-secret: credentials minted per request
-    turn_username: str | None = None  # or one static username and credential
-    turn_credential: SecretStr | None = None
-    # How long minted credentials are valid. A TURN server cannot be told that a key was revoked, so this is
-    # how long a minted login outlives its key: at most SWAPCAST_TURN_TTL_MAX_H hours.
-    turn_ttl_s: int = Field(3600, ge=60)
-    turn_ttl_max_h: float = Field(12.0, gt=0, le=24)
+    turn_urls: list[str] = Field(
+        default_factory=list,
+        description=(
+            "TURN URLs handed to the page (JSON list of turn: or turns: URLs, e.g. "
+            '["turn:turn.example.org:3478?transport=udp"]); they need a secret or a static '
+            "credential."
+        ),
+    )
+    turn_secret: SecretStr | None = Field(
+        None,
+        description=(
+            "Secret shared with the TURN server (coturn's static-auth-secret): credentials are minted per request."
+        ),
+    )
+    turn_username: str | None = Field(
+        None, description="Static TURN username (with SWAPCAST_TURN_CREDENTIAL), instead of a shared secret."
+    )
+    turn_credential: SecretStr | None = Field(None, description="Static TURN password (with SWAPCAST_TURN_USERNAME).")
+    # A TURN server cannot be told that a key was revoked: this is how long a minted login outlives its key.
+    turn_ttl_s: int = Field(3600, ge=60, description="How long minted TURN credentials are valid, in seconds.")
+    turn_ttl_max_h: float = Field(
+        12.0, gt=0, le=24, description="The longest SWAPCAST_TURN_TTL_S allowed, in hours (at most 24)."
+    )
 
     @field_validator("turn_urls")
     @classmethod

@@ -28,100 +28,221 @@ def default_identity_dir() -> Path:
 class ServerSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="SWAPCAST_", env_nested_delimiter="__", extra="ignore")
 
-    host: str = "127.0.0.1"
-    port: int = Field(8000, ge=0, le=65535)
-    public_host: str | None = None  # host name put in printed and returned URLs; the bind host by default
+    host: str = Field(
+        "127.0.0.1",
+        description=(
+            "Address the HTTP server (and, when it is one address, WebRTC media) binds; 0.0.0.0 "
+            "for all. Off loopback, serve needs a key or JWT."
+        ),
+    )
+    port: int = Field(8000, ge=0, le=65535, description="HTTP port; 0 picks a free one.")
+    public_host: str | None = Field(
+        None, description="Host name put in printed and returned URLs; the bind host when unset."
+    )
 
-    rtsp_enabled: bool = True
-    rtsp_port: int = Field(8554, ge=0, le=65535)
+    rtsp_enabled: bool = Field(True, description="Start the embedded RTSP output (GStreamer's gst-rtsp-server).")
+    rtsp_port: int = Field(8554, ge=0, le=65535, description="RTSP output port.")
 
-    max_sessions: int = Field(4, ge=1)
-    max_streams: int = Field(4, ge=1)
+    max_sessions: int = Field(4, ge=1, description="Live WebRTC sessions at once; beyond it 503 with Retry-After.")
+    max_streams: int = Field(4, ge=1, description="RTSP ingest streams at once; beyond it 503 with Retry-After.")
     # What one principal may hold of the above; None = only the global limits (one local owner holds all).
-    max_sessions_per_principal: int | None = Field(None, ge=1)
-    max_streams_per_principal: int | None = Field(None, ge=1)
-    retry_after_s: int = Field(5, ge=1)
+    max_sessions_per_principal: int | None = Field(
+        None, ge=1, description="Live sessions one principal may hold; unset: only the global limit."
+    )
+    max_streams_per_principal: int | None = Field(
+        None, ge=1, description="Ingest streams one principal may hold; unset: only the global limit."
+    )
+    retry_after_s: int = Field(
+        5, ge=1, description="Retry-After (seconds) of a 503 when no slot is known to free sooner."
+    )
 
-    identity_dir: Path = Field(default_factory=default_identity_dir)
-    identity_cache_items: int = Field(64, ge=1)
-    max_upload_bytes: int = Field(10 * 1024 * 1024, ge=1024)
+    identity_dir: Path = Field(
+        default_factory=default_identity_dir,
+        description="Where identities (photos, thumbnails, prepared data, consent records) are stored.",
+    )
+    identity_cache_items: int = Field(64, ge=1, description="Prepared identities kept in memory.")
+    max_upload_bytes: int = Field(
+        10 * 1024 * 1024, ge=1024, description="Size of one identity upload, all its photos together (413 beyond)."
+    )
     # Pixels an upload may declare: 16 MP (a 12 MP phone photo fits) keeps the worst decode, an RGBA PNG, near
     # 100 MB above the process's own size (`swapcast bench-upload`); 40 MP cost 973 MB.
-    max_image_pixels: int = Field(16_000_000, ge=64 * 64)
-    max_concurrent_decodes: int = Field(2, ge=1)
+    max_image_pixels: int = Field(
+        16_000_000,
+        ge=64 * 64,
+        description=("Pixels an uploaded image may declare in its header, checked before decoding (413 beyond)."),
+    )
+    max_concurrent_decodes: int = Field(2, ge=1, description="Uploaded images decoded at once.")
     # Per owner: identities kept and their bytes on disk (a stored identity is its photo as PNG, ~1-6 MB, a
     # thumbnail and prepared data).
-    max_identities: int = Field(100, ge=1)
-    max_identity_bytes: int = Field(500 * 1024 * 1024, ge=1024 * 1024)
+    max_identities: int = Field(100, ge=1, description="Identities one owner may keep (409 beyond).")
+    max_identity_bytes: int = Field(
+        500 * 1024 * 1024, ge=1024 * 1024, description="Bytes on disk of one owner's identities (413 beyond)."
+    )
     # Creations per minute-window, per principal and per client address (429 with Retry-After beyond them);
     # the `limits` library's notation: "30/minute", "5/second", "100/hour".
-    rate_uploads: str = "30/minute"
-    rate_sessions: str = "30/minute"
-    rate_streams: str = "10/minute"
-    # Minted credentials: viewer tokens and TURN logins.
-    rate_credentials: str = "30/minute"
+    rate_uploads: str = Field(
+        "30/minute", description="Identity uploads per principal and per client address, e.g. 30/minute (429 beyond)."
+    )
+    rate_sessions: str = Field(
+        "30/minute", description="Sessions created per principal and per client address (429 beyond)."
+    )
+    rate_streams: str = Field(
+        "10/minute", description="Streams created per principal and per client address (429 beyond)."
+    )
+    rate_credentials: str = Field(
+        "30/minute",
+        description="Credentials minted (viewer tokens, TURN logins) per principal and per client address (429 beyond).",
+    )
     # Per client address, before authentication (app/server/address_limit.py): POST requests to the API, and
     # failed authentications, beyond which the address gets 429 on every API request until the window moves.
-    rate_per_address: str = "120/minute"
-    rate_auth_failures: str = "30/minute"
-    sdp_max_bytes: int = Field(128 * 1024, ge=1024)
-    max_json_bytes: int = Field(64 * 1024, ge=1024)
-    # A request's header block (request line and headers): larger ones get 431 and the connection is closed, counted
-    # before anything is parsed. nginx allows 4 x 8 KiB, uvicorn's h11 16 KiB.
-    max_header_bytes: int = Field(32 * 1024, ge=4096, le=1024 * 1024)
+    rate_per_address: str = Field(
+        "120/minute", description="POST requests to /v1/... per client address, before authentication (429 beyond)."
+    )
+    rate_auth_failures: str = Field(
+        "30/minute",
+        description=("Failed authentications per client address; beyond them every /v1/... request from it gets 429."),
+    )
+    sdp_max_bytes: int = Field(128 * 1024, ge=1024, description="Size of an SDP offer.")
+    max_json_bytes: int = Field(64 * 1024, ge=1024, description="Size of a JSON request body.")
+    # Counted before anything is parsed; nginx allows 4 x 8 KiB, uvicorn's h11 16 KiB.
+    max_header_bytes: int = Field(
+        32 * 1024,
+        ge=4096,
+        le=1024 * 1024,
+        description="Size of a request's header block (request line and headers): 431 and the connection closed beyond.",
+    )
 
-    video_codecs: list[VideoCodec] = Field(default_factory=lambda: list(DEFAULT_CODECS), min_length=1)
-    ice_servers: list[str] = Field(default_factory=list)  # stun:/turn: URLs; none by default (no outside calls)
-    connect_timeout_s: float = Field(20.0, gt=0)  # offer answered -> media flowing
-    ice_timeout_s: float = Field(5.0, gt=0)  # offer answered -> ICE connected, or the slot frees
-    max_remote_candidates: int = Field(16, ge=1, le=256)
+    video_codecs: list[VideoCodec] = Field(
+        default_factory=lambda: list(DEFAULT_CODECS),
+        min_length=1,
+        description=("Video codecs offered to WebRTC clients, in order of preference (JSON list of H264, VP8)."),
+    )
+    ice_servers: list[str] = Field(
+        default_factory=list,
+        description="STUN URLs handed to the page (JSON list); none by default, so no outside calls.",
+    )
+    connect_timeout_s: float = Field(
+        20.0, gt=0, description="From the answered offer until media flows; a session that takes longer ends."
+    )
+    ice_timeout_s: float = Field(
+        5.0,
+        gt=0,
+        description=("From the answered offer until ICE connects; a client that takes longer frees its slot."),
+    )
+    max_remote_candidates: int = Field(
+        16, ge=1, le=256, description="ICE candidates an offer may carry (400 beyond; none at all is a 400 too)."
+    )
     # Per session (app/media/ice_bounds.py): outgoing STUN requests in any one second, and candidates learnt
     # from binding requests of addresses the offer did not list (peer-reflexive).
-    ice_checks_per_s: int = Field(20, ge=1, le=1000)
-    max_peer_reflexive_candidates: int = Field(8, ge=0, le=256)
+    ice_checks_per_s: int = Field(
+        20,
+        ge=1,
+        le=1000,
+        description="STUN requests one session sends in any one second; more are held back as if lost.",
+    )
+    max_peer_reflexive_candidates: int = Field(
+        8,
+        ge=0,
+        le=256,
+        description=(
+            "Candidates one session learns from binding requests of unlisted addresses; further ones are dropped."
+        ),
+    )
     # Addresses media sockets bind and advertise; empty = the bind host when it is one address, else every
     # interface.
-    ice_host_addresses: list[str] = Field(default_factory=list)
-    media_timeout_s: float = Field(10.0, gt=0)  # no input frame for this long ends a session
-    shutdown_grace_s: float = Field(5.0, gt=0)
+    ice_host_addresses: list[str] = Field(
+        default_factory=list,
+        description=(
+            "Addresses WebRTC media binds and advertises (JSON list); empty: the bind host when "
+            "it is one address, else every interface."
+        ),
+    )
+    media_timeout_s: float = Field(
+        10.0, gt=0, description="A session whose input delivers no frame for this long ends."
+    )
+    shutdown_grace_s: float = Field(5.0, gt=0, description="At shutdown, how long sessions and streams get to close.")
     # HTTP connections (app/server/connections.py): a request's headers must arrive within header_timeout_s, an
     # idle keep-alive connection closes after keep_alive_s, and at most max_connections are open (per client
     # address: max_connections_per_client); beyond those a connection gets 503 and is closed.
-    header_timeout_s: float = Field(10.0, gt=0)
-    keep_alive_s: float = Field(5.0, gt=0)
-    max_connections: int = Field(512, ge=1)
-    max_connections_per_client: int = Field(64, ge=1)
+    header_timeout_s: float = Field(10.0, gt=0, description="A request's headers must arrive within this many seconds.")
+    keep_alive_s: float = Field(5.0, gt=0, description="An idle keep-alive connection closes after this many seconds.")
+    max_connections: int = Field(
+        512, ge=1, description="Open HTTP connections in total; beyond it 503 and the connection is closed."
+    )
+    max_connections_per_client: int = Field(
+        64, ge=1, description="Open HTTP connections per client address (a reverse proxy counts as one client)."
+    )
     # Deployment: SIGTERM or POST /v1/server/drain lets open sessions run this long before the server stops;
     # absolute Location URLs naming this replica; the address ICE host candidates advertise behind a NAT.
-    drain_timeout_s: float = Field(300.0, ge=0)
-    public_base_url: AnyHttpUrl | None = None
-    advertised_address: IPvAnyAddress | None = None
-    ice: IceSettings = Field(default_factory=IceSettings)
+    drain_timeout_s: float = Field(
+        300.0,
+        ge=0,
+        description=("After SIGTERM or POST /v1/server/drain, how long open sessions may run before the server stops."),
+    )
+    public_base_url: AnyHttpUrl | None = Field(
+        None, description=("Base of absolute Location URLs naming this replica (several replicas behind HAProxy).")
+    )
+    advertised_address: IPvAnyAddress | None = Field(
+        None,
+        description=(
+            "The address ICE host candidates advertise behind a NAT (the host's reachable address "
+            "in bridge networking)."
+        ),
+    )
+    ice: IceSettings = Field(default_factory=IceSettings, description="TURN credentials (SWAPCAST_TURN_*).")
 
-    allow_file_sources: bool = False  # let POST /v1/streams read local files (tests, demos)
+    allow_file_sources: bool = Field(False, description="Let POST /v1/streams read local files (tests, demos).")
     # Where ingest may connect (see app/server/ingest_policy.py): when set, the only networks a source may be in
     # (e.g. ["192.168.1.0/24"], or ["127.0.0.0/8"] for a camera proxy on this machine); else everything but
     # loopback, link-local, multicast, unspecified, reserved and this server's own ports.
-    ingest_allowed_networks: list[str] = Field(default_factory=list)
-    ingest_allow_private: bool = True
+    ingest_allowed_networks: list[str] = Field(
+        default_factory=list,
+        description=(
+            'The only networks an ingest source may be in (JSON list, e.g. ["192.168.1.0/24"]); '
+            "empty: all but loopback, link-local, multicast, unspecified, reserved and this "
+            "server's ports."
+        ),
+    )
+    ingest_allow_private: bool = Field(True, description="Let ingest connect to private address ranges.")
     # A stream whose source has not delivered a frame for this many attempts, or this long, becomes `failed`
     # and frees its slot (the owner can restart it).
-    stream_give_up_attempts: int = Field(8, ge=1)
-    stream_give_up_s: float = Field(60.0, gt=0)
-    pipeline_workers: int = Field(default_factory=lambda: os.cpu_count() or 1, ge=1)
-    warmup: bool = True
+    stream_give_up_attempts: int = Field(
+        8, ge=1, description="Attempts without a frame after which a stream becomes failed."
+    )
+    stream_give_up_s: float = Field(
+        60.0, gt=0, description="Seconds without a frame after which a stream becomes failed."
+    )
+    pipeline_workers: int = Field(
+        default_factory=lambda: os.cpu_count() or 1,
+        ge=1,
+        description="Threads running sessions' pipelines in parallel.",
+    )
+    warmup: bool = Field(True, description="Run each model once at start-up, before /readyz answers 200.")
 
-    models: ModelStoreSettings = Field(default_factory=ModelStoreSettings)
-    pipeline: PipelineSettings = Field(default_factory=PipelineSettings)
-    encoder: EncoderSettings = Field(default_factory=EncoderSettings)  # live H.264 (app.media.encoder)
+    models: ModelStoreSettings = Field(
+        default_factory=ModelStoreSettings, description="Model store (SWAPCAST_MODEL_DIR)."
+    )
+    pipeline: PipelineSettings = Field(default_factory=PipelineSettings, description="The frame pipeline's settings.")
+    encoder: EncoderSettings = Field(
+        default_factory=EncoderSettings, description="Live H.264 encoding (SWAPCAST_ENCODER_*)."
+    )
     # One shared dynamic batcher per model across all sessions. None = on where models run on a GPU, off on
     # CPU: `swapcast bench-batch` on 2 CPU cores measured batching at 0.97x throughput for one session and
     # 0.74-0.83x for 2-8 (the CPU gains nothing per item from a batch, and one worker per model serialises
     # what parallel sessions would overlap); a GPU is where batches pay (app.runtime.gpu.batching_on).
-    batching_enabled: bool | None = None
-    batching: BatchingSettings = Field(default_factory=BatchingSettings)
-    access: AccessSettings = Field(default_factory=AccessSettings)  # keys, JWT, hosts, CORS, audit, TLS
-    provenance: ProvenanceSettings = Field(default_factory=ProvenanceSettings)
+    batching_enabled: bool | None = Field(
+        None,
+        description=(
+            "Share one dynamic batcher per model across sessions; unset: on where models run on a GPU, off on CPU."
+        ),
+    )
+    batching: BatchingSettings = Field(
+        default_factory=BatchingSettings, description="The dynamic batchers (SWAPCAST_BATCH_*)."
+    )
+    access: AccessSettings = Field(
+        default_factory=AccessSettings, description="Keys, JWT, hosts, CORS, audit log, TLS."
+    )
+    provenance: ProvenanceSettings = Field(default_factory=ProvenanceSettings, description="Watermark, label, C2PA.")
 
     @model_validator(mode="after")
     def _one_thread_per_model_run(self) -> "ServerSettings":

@@ -20,7 +20,7 @@ BIN = Path(sys.executable).parent
 def _tool(name: str) -> str:
     found = shutil.which(name) or shutil.which(name, path=str(BIN))
     if found is None:
-        pytest.skip(f"{name} is not installed (scripts/setup.sh installs it)")
+        pytest.skip(f"{name} is not installed (scripts/setup-dev.sh installs it)")
     return found
 
 

@@ -38,7 +38,7 @@ def _free_udp_port() -> int:
 @pytest.fixture()
 def turn_port(tmp_path: Path) -> Iterator[int]:
     if shutil.which("turnserver") is None or shutil.which("turnutils_uclient") is None:
-        pytest.skip("coturn is not installed (scripts/setup.sh installs it)")
+        pytest.skip("coturn is not installed (scripts/setup-dev.sh installs it)")
     port = _free_udp_port()
     log = tmp_path / "turn.log"
     out = log.open("w")

@@ -35,7 +35,7 @@ def test_prometheus_scrapes_the_server(
     tmp_path: Path, pipeline_factory: Callable[[PipelineSettings], FramePipeline]
 ) -> None:
     if shutil.which("prometheus") is None:
-        pytest.skip("prometheus is not installed (scripts/setup.sh installs it)")
+        pytest.skip("prometheus is not installed (scripts/setup-dev.sh installs it)")
     with start_server(server_settings(tmp_path / "identities", max_sessions=3), pipeline_factory) as server:
         web = _free_port()
         config = (ROOT / "deploy" / "prometheus" / "prometheus.yml").read_text()

@@ -51,7 +51,7 @@ def _free_port() -> int:
 @pytest.fixture()
 def cluster(tmp_path: Path, model_root: Path) -> Iterator[tuple[str, Replica, Replica]]:
     if shutil.which("haproxy") is None:
-        pytest.skip("haproxy is not installed (scripts/setup.sh installs it)")
+        pytest.skip("haproxy is not installed (scripts/setup-dev.sh installs it)")
     shared = tmp_path / "identities"
     replicas = [Replica(name, shared, model_root) for name in ("one", "two")]
     router = None

@@ -91,7 +91,7 @@ class ServerSettings(BaseSettings):
     )
     rate_credentials: str = Field(
         "30/minute",
-        description="Credentials minted (viewer tokens, TURN logins) per principal and per client address (429 beyond).",
+        description="Viewer tokens and TURN logins minted per principal and per client address (429 beyond).",
     )
     # Per client address, before authentication (app/server/address_limit.py): POST requests to the API, and
     # failed authentications, beyond which the address gets 429 on every API request until the window moves.
@@ -109,7 +109,7 @@ class ServerSettings(BaseSettings):
         32 * 1024,
         ge=4096,
         le=1024 * 1024,
-        description="Size of a request's header block (request line and headers): 431 and the connection closed beyond.",
+        description="Size of a request's header block (request line and headers); 431 and closed beyond.",
     )
 
     video_codecs: list[VideoCodec] = Field(

@@ -171,6 +171,8 @@ def package_graph(graph: Graph) -> Graph:
     """The same edges between the packages of `app/` (`app.media`, `app.live`, ...) and `engines`."""
 
     def package(module: str) -> str:
+        if module == "app.cli":  # the console script and its sub-commands are one layer
+            return "app.commands"
         parts = module.split(".")
         return ".".join(parts[:2]) if parts[0] == "app" and len(parts) > 1 else parts[0]
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from app.errors import ModelError, UserError
 from app.names import Precision
@@ -94,6 +94,26 @@ def _tool(package: str) -> str:
         return package
 
 
+def _write_record(
+    source: Source, dst: Path, precision: str, package: str, options: dict[str, Any], quality: QualityReport
+) -> None:
+    """The JSON record beside variant `dst`: its source, the tool that made it, how, and its quality."""
+    from engines.precision.variants import VariantRecord, write_record
+
+    record = VariantRecord(
+        model=source.name,
+        precision=precision,
+        file=dst.name,
+        sha256=sha256_file(dst),
+        source_file=source.original.name,
+        source_sha256=source.sha256,
+        tool=_tool(package),
+        options=options,
+        quality={**quality.to_dict(), "inputs": "first calibration samples"},
+    )
+    write_record(dst, record)
+
+
 def make_fp16(
     store: ModelStore, name: str, block_ops: tuple[str, ...] = (), recognizer: str | None = None
 ) -> tuple[Path, QualityReport]:
@@ -101,7 +121,6 @@ def make_fp16(
     from app.calibration import calibration_set
     from engines.precision.fp16 import convert_fp16
     from engines.precision.quality import measure
-    from engines.precision.variants import VariantRecord, write_record
 
     source = source_for(store, name)
     calibration = calibration_set(store, name, source.runnable, VERIFY_ITEMS, recognizer_model=recognizer)
@@ -110,24 +129,12 @@ def make_fp16(
     ranges = {k: v[:2] for k, v in feeds.items()}  # every activation is held: two samples bound the memory
     result = convert_fp16(source.runnable, dst, extra_block_ops=block_ops, range_feeds=ranges)
     quality = measure(source.runnable, dst, feeds)
-    write_record(
-        dst,
-        VariantRecord(
-            model=name,
-            precision="fp16",
-            file=dst.name,
-            sha256=sha256_file(dst),
-            source_file=source.original.name,
-            source_sha256=source.sha256,
-            tool=_tool("onnxconverter-common"),
-            options={
-                "keep_io_types": result.keep_io_types,
-                "extra_block_ops": list(block_ops),
-                "blocked_nodes": list(result.blocked_nodes),
-            },
-            quality={**quality.to_dict(), "inputs": "first calibration samples"},
-        ),
-    )
+    options = {
+        "keep_io_types": result.keep_io_types,
+        "extra_block_ops": list(block_ops),
+        "blocked_nodes": list(result.blocked_nodes),
+    }
+    _write_record(source, dst, "fp16", "onnxconverter-common", options, quality)
     return dst, quality
 
 
@@ -147,7 +154,6 @@ def make_int8(
     from app.calibration import calibration_set
     from engines.precision.int8 import quantize_int8
     from engines.precision.quality import measure
-    from engines.precision.variants import VariantRecord, write_record
 
     source = source_for(store, name)
     calibration = calibration_set(store, name, source.runnable, samples, recognizer_model=recognizer)
@@ -162,20 +168,8 @@ def make_int8(
         float16_rest=float16_rest,
     )
     quality = measure(source.runnable, dst, _verify_feeds(calibration), optimize=not float16_rest)
-    write_record(
-        dst,
-        VariantRecord(
-            model=name,
-            precision="int8",
-            file=dst.name,
-            sha256=sha256_file(dst),
-            source_file=source.original.name,
-            source_sha256=source.sha256,
-            tool=_tool("onnxruntime"),
-            options={**result.options(), "calibration_source": calibration.source},
-            quality={**quality.to_dict(), "inputs": "first calibration samples"},
-        ),
-    )
+    options = {**result.options(), "calibration_source": calibration.source}
+    _write_record(source, dst, "int8", "onnxruntime", options, quality)
     return dst, quality
 
 

@@ -10,7 +10,7 @@ import os
 import threading
 import time
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 from prometheus_client import CollectorRegistry
@@ -23,7 +23,7 @@ from app.pipeline.pipeline import FramePipeline, PipelineConfig, Stages
 from app.pipeline.recognize import ArcFaceRecognizer
 from app.pipeline.swap import InswapperEngine, PreparedSource
 from app.pipeline.timing import percentiles_ms
-from app.pipeline.types import Image
+from app.pipeline.types import Face, Image
 from app.runtime.onnx import OnnxModel
 from engines.store import ModelStore
 
@@ -141,17 +141,33 @@ def _batched_stages(detector: RetinaFaceDetector, engine: InswapperEngine, setti
     )
 
 
-def run_batch_bench(config: BatchBenchConfig, store: ModelStore) -> dict[str, Any]:
+class Scene(NamedTuple):
+    """What every batching bench runs on: the astronaut's still, its face, a clip of it moving, and the
+    detector and recognizer (the caller closes them)."""
+
+    still: Image
+    face: Face
+    frames: list[Image]
+    detector: RetinaFaceDetector
+    recognizer: ArcFaceRecognizer
+
+
+def astronaut_scene(store: ModelStore, threads: int) -> Scene:
     still = load_sample("astronaut")
-    detector = RetinaFaceDetector(OnnxModel(store.ensure("retinaface_mnet025"), threads=config.threads))
+    detector = RetinaFaceDetector(OnnxModel(store.ensure("retinaface_mnet025"), threads=threads))
     (faces,) = detector.process([still])
     centre = (float(faces[0].landmarks[:, 0].mean()), float(faces[0].landmarks[:, 1].mean()))
     frames = make_motion_clip(still, size=(640, 480), frames=60, focus=centre, seed=1).frames
-    recognizer = ArcFaceRecognizer(OnnxModel(store.ensure("reference_recognizer"), threads=config.threads))
+    recognizer = ArcFaceRecognizer(OnnxModel(store.ensure("reference_recognizer"), threads=threads))
+    return Scene(still, faces[0], frames, detector, recognizer)
+
+
+def run_batch_bench(config: BatchBenchConfig, store: ModelStore) -> dict[str, Any]:
+    still, face, frames, detector, recognizer = astronaut_scene(store, config.threads)
     rows = []
     for network in config.networks:
         engine = InswapperEngine(OnnxModel(store.ensure(network), threads=config.threads), recognizer)
-        source = engine.prepare(still, faces[0])
+        source = engine.prepare(still, face)
         seconds = config.seconds.get(network, 5.0)
         for sessions in config.sessions:
             cell: dict[str, Any] = {"network": network, "sessions": sessions}

@@ -21,7 +21,6 @@ from __future__ import annotations
 import math
 import os
 import platform
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from importlib import metadata
@@ -33,7 +32,7 @@ import numpy as np
 from app.calibration import calibration_frames, face_crops, letterbox
 from app.media.clips import load_sample, sample_faces
 from app.pipeline.detect import DetectorConfig, RetinaFaceDetector
-from app.pipeline.timing import percentiles_ms
+from app.pipeline.timing import call_times, percentiles_ms
 from app.runtime.onnx import OnnxModel
 from engines.precision.quality import compare_outputs
 from engines.precision.variants import check_variant
@@ -64,12 +63,7 @@ def _version(package: str) -> str:
 def latency(model: Any, feeds: Mapping[str, np.ndarray], runs: int) -> dict[str, float]:
     for _ in range(WARMUP):
         model.run(feeds)
-    times = []
-    for _ in range(runs):
-        start = time.perf_counter()
-        model.run(feeds)
-        times.append(time.perf_counter() - start)
-    return percentiles_ms(times)
+    return percentiles_ms(call_times(lambda: model.run(feeds), runs))
 
 
 def _detector_quality(reference: Any, candidate: Any) -> dict[str, Any]:

@@ -41,6 +41,7 @@ from typing import Any
 
 import numpy as np
 
+from app.pipeline.timing import call_times
 from engines.atomic import write_bytes_atomic
 
 MODELS = ("retinaface_mnet025", "reference_swapper_narrow", "realesr_animevideov3_x2", "realesr_animevideov3_x3")
@@ -110,12 +111,7 @@ def max_abs(a: list[np.ndarray], b: list[np.ndarray]) -> float:
 
 
 def p50_ms(call: Callable[[], object], runs: int = TIMED_RUNS) -> float:
-    times = []
-    for _ in range(runs):
-        start = time.perf_counter()
-        call()
-        times.append(time.perf_counter() - start)
-    return round(float(np.median(times)) * 1000.0, 3)
+    return round(float(np.median(call_times(call, runs))) * 1000.0, 3)
 
 
 class Check:

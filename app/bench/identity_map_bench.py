@@ -27,6 +27,7 @@ from app.pipeline.detect import DetectorConfig, RetinaFaceDetector
 from app.pipeline.identity_map import FaceEmbedder, IdentityMap, MapEntry, MappedFaces
 from app.pipeline.pipeline import FramePipeline
 from app.pipeline.swap import ClassicEngine
+from app.pipeline.timing import call_times
 from app.pipeline.types import Face, Image
 from app.runtime.onnx import OnnxModel
 
@@ -34,12 +35,7 @@ MAX_FRAMES = 60  # a stream's frames measured at most, after six people appear a
 
 
 def _median_ms(run: Callable[[], object], repeats: int) -> float:
-    times = []
-    for _ in range(repeats):
-        started = time.perf_counter()
-        run()
-        times.append(time.perf_counter() - started)
-    return round(float(np.median(times)) * 1000, 2)
+    return round(float(np.median(call_times(run, repeats))) * 1000, 2)
 
 
 def _first_frames(

@@ -13,8 +13,6 @@ it) and wall time; the load average says how busy the machine was.
 import os
 import platform
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import replace
 from typing import Any
 
@@ -39,16 +37,9 @@ from engines.store import ModelStore
 FACE_PX = {"480p": ((640, 480), 222.0), "720p": ((1280, 720), 329.0)}
 
 
-class CpuTimer(StageTimer):
+def cpu_timer() -> StageTimer:
     """Stages timed in the calling thread's CPU time."""
-
-    @contextmanager
-    def stage(self, name: str) -> Iterator[None]:
-        start = time.thread_time()
-        try:
-            yield
-        finally:
-            self.samples[name].append(time.thread_time() - start)
+    return StageTimer(clock=time.thread_time)
 
 
 def face_frame(still: Image, face: Face, size: tuple[int, int], face_px: float) -> Image:
@@ -57,10 +48,6 @@ def face_frame(still: Image, face: Face, size: tuple[int, int], face_px: float) 
     centre = face.landmarks.mean(axis=0)
     matrix = np.array([[scale, 0, size[0] / 2 - scale * centre[0]], [0, scale, size[1] / 2 - scale * centre[1]]])
     return np.asarray(cv2.warpAffine(still, matrix, size, borderMode=cv2.BORDER_REFLECT), np.uint8)
-
-
-def _summary(timer: StageTimer) -> dict[str, Any]:
-    return {name: percentiles_ms(values) for name, values in timer.samples.items()}
 
 
 def _tracked_config(paste: PasteConfig) -> PipelineConfig:
@@ -88,7 +75,7 @@ def run_mesh_speed(store: ModelStore, runs: int = 60) -> dict[str, Any]:
         face = replace(face, track_id=0)
         tracking = MeshTracking(landmarker)
         tracking.follow([frame], [[face]])
-        timers = {"mesh": CpuTimer(), "classic": CpuTimer()}
+        timers = {"mesh": cpu_timer(), "classic": cpu_timer()}
         walls: dict[str, list[float]] = {"mesh": [], "classic": []}
         for _ in range(runs):
             timer, wall, cpu = timers["mesh"], time.perf_counter(), time.thread_time()
@@ -112,7 +99,7 @@ def run_mesh_speed(store: ModelStore, runs: int = 60) -> dict[str, Any]:
                 pasters["classic"].paste(frame, [PasteItem(swapped, aligned.matrix, aligned.crop)])
             timer.add("total", time.thread_time() - cpu)
             walls["classic"].append(time.perf_counter() - wall)
-        per_face = {name: {**_summary(t), "wall_total": percentiles_ms(walls[name])} for name, t in timers.items()}
+        per_face = {name: {**t.summary(), "wall_total": percentiles_ms(walls[name])} for name, t in timers.items()}
         ratio = per_face["mesh"]["total"]["p50"] / per_face["classic"]["total"]["p50"]
         out[label] = {"face_px": face_px, "per_face": per_face, "mesh_over_classic": round(ratio, 3)}
 
@@ -125,7 +112,7 @@ def run_mesh_speed(store: ModelStore, runs: int = 60) -> dict[str, Any]:
         "classic": FramePipeline(detector, classic, config=_tracked_config(PasteConfig())),
     }
     streams = {name: pipeline.new_stream() for name, pipeline in pipelines.items()}
-    frame_timers = {name: CpuTimer() for name in pipelines}
+    frame_timers = {name: cpu_timer() for name in pipelines}
     frame_walls: dict[str, list[float]] = {name: [] for name in pipelines}
     for name, pipeline in pipelines.items():
         pipeline.process([frame], sources[name], streams[name])  # the first frame is detected
@@ -136,7 +123,7 @@ def run_mesh_speed(store: ModelStore, runs: int = 60) -> dict[str, Any]:
             frame_timers[name].add("total", time.thread_time() - cpu)
             frame_walls[name].append(time.perf_counter() - wall)
     for name in pipelines:
-        whole[name] = {**_summary(frame_timers[name]), "wall_total": percentiles_ms(frame_walls[name])}
+        whole[name] = {**frame_timers[name].summary(), "wall_total": percentiles_ms(frame_walls[name])}
     whole["mesh_over_classic"] = round(whole["mesh"]["total"]["p50"] / whole["classic"]["total"]["p50"], 3)
     out["whole_frame_480p"] = whole
     out["machine"] = {

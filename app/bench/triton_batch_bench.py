@@ -28,14 +28,12 @@ from typing import Any
 import numpy as np
 from prometheus_client import CollectorRegistry
 
-from app.bench.batch_bench import SessionResult, run_sessions, summarize
+from app.bench.batch_bench import SessionResult, astronaut_scene, run_sessions, summarize
 from app.errors import ModelError, UserError
-from app.media.clips import load_sample, make_motion_clip
 from app.pipeline.batching import BatchedStage, BatchSettings
 from app.pipeline.detect import RetinaFaceDetector
 from app.pipeline.paste import PasteConfig
 from app.pipeline.pipeline import FramePipeline, PipelineConfig, Stages
-from app.pipeline.recognize import ArcFaceRecognizer
 from app.pipeline.swap import InswapperEngine
 from app.pipeline.timing import percentiles_ms
 from app.runtime.onnx import OnnxModel
@@ -69,12 +67,7 @@ def _share(sessions: int, processes: int, index: int) -> int:
 
 def _pipeline(mode: str, config: TritonBenchConfig, store: ModelStore) -> tuple[FramePipeline, Any, list[Any]]:
     """The media process's pipeline for `mode`, its prepared source, and its frames."""
-    still = load_sample("astronaut")
-    detector = RetinaFaceDetector(OnnxModel(store.ensure("retinaface_mnet025"), threads=config.threads))
-    (faces,) = detector.process([still])
-    centre = (float(faces[0].landmarks[:, 0].mean()), float(faces[0].landmarks[:, 1].mean()))
-    frames = make_motion_clip(still, size=(640, 480), frames=60, focus=centre, seed=1).frames
-    recognizer = ArcFaceRecognizer(OnnxModel(store.ensure("reference_recognizer"), threads=config.threads))
+    still, face, frames, detector, recognizer = astronaut_scene(store, config.threads)
     if mode == "triton":
         from app.runtime.triton import TritonModel
 
@@ -82,7 +75,7 @@ def _pipeline(mode: str, config: TritonBenchConfig, store: ModelStore) -> tuple[
     else:
         swapper = OnnxModel(store.ensure(config.network), threads=config.threads)
     engine = InswapperEngine(swapper, recognizer)
-    source = engine.prepare(still, faces[0])
+    source = engine.prepare(still, face)
     settings = BatchSettings(max_batch=config.max_batch, max_delay_ms=config.max_delay_ms, deadline_ms=None)
     registry = CollectorRegistry()
     live_detector = RetinaFaceDetector(detector.model, replace(detector.config, canvas="fixed"))

@@ -83,9 +83,14 @@ def port(text: str) -> int:
     return int_between(0, 65535)(text)
 
 
+def comma_list(text: str) -> tuple[str, ...]:
+    """The items of a comma list, blanks dropped; refusing an empty one is the caller's choice."""
+    return tuple(part.strip() for part in text.split(",") if part.strip())
+
+
 def names(text: str) -> tuple[str, ...]:
     """A comma list of names, blanks dropped; at least one."""
-    found = tuple(part.strip() for part in text.split(",") if part.strip())
+    found = comma_list(text)
     if not found:
         raise argparse.ArgumentTypeError(f"expected a comma list of names, got {text!r}")
     return found

@@ -1,12 +1,11 @@
 """`swapcast bench`: per-stage pipeline latency against the reference path, JSON out."""
 
 import argparse
-import json
-import sys
-from pathlib import Path
 
 from app.commands.arguments import counts, names, positive_int
-from app.commands.bench_args import check_bench_args
+from app.commands.bench_args import check_bench_args, print_report
+from app.commands.from_args import picked
+from app.commands.options import add_output_argument
 
 
 def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
@@ -19,7 +18,7 @@ def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None
     p.add_argument("--faces", type=counts(1, 6), default=(1, 3), help="comma list of face counts (1 to 6)")
     p.add_argument("--threads", type=positive_int, default=None, help="inference threads (default: all cores)")
     p.add_argument("--no-reference", action="store_true", help="skip the reference path")
-    p.add_argument("--output", type=Path, default=None, help="also write the JSON here")
+    add_output_argument(p)
     p.set_defaults(func=run)
 
 
@@ -30,18 +29,10 @@ def run(args: argparse.Namespace) -> int:
 
     check_bench_args(args.resolutions, RESOLUTIONS, args.output)
     config = BenchConfig(
-        swapper_model=args.swapper_model,
-        recognizer_model=args.recognizer_model,
+        **picked(args, "swapper_model", "recognizer_model", "frames", "resolutions"),
         enhancer_model=args.enhancer,
-        frames=args.frames,
-        resolutions=args.resolutions,
         face_counts=args.faces,
         reference=not args.no_reference,
         **({"threads": args.threads} if args.threads else {}),
     )
-    report = run_bench(config, open_model_store())
-    text = json.dumps(report, indent=2)
-    if args.output:
-        args.output.write_text(text + "\n")
-    sys.stdout.write(text + "\n")
-    return 0
+    return print_report(run_bench(config, open_model_store()), args.output)

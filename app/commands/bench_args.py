@@ -1,6 +1,8 @@
-"""Checks the benchmark commands share, made in `run` once the bench's own tables are imported (the benches
-import lazily: `swapcast --help` must not load models and codecs)."""
+"""What the benchmark commands share: checks made in `run` once the bench's own tables are imported (the
+benches import lazily: `swapcast --help` must not load models and codecs), and the JSON report's printing."""
 
+import json
+import sys
 from collections.abc import Collection, Iterable
 from pathlib import Path
 
@@ -14,3 +16,12 @@ def check_bench_args(resolutions: Iterable[str], known: Collection[str], output:
         raise UserError(f"unknown resolution {unknown[0]!r}; choose from {', '.join(known)}")
     if output is not None and not output.parent.is_dir():
         raise UserError(f"output directory does not exist: {output.parent}")
+
+
+def print_report(result: object, output: Path | None) -> int:
+    """`result` as indented JSON, written to `output` (when given) and then to stdout; the exit status."""
+    text = json.dumps(result, indent=2)
+    if output:
+        output.write_text(text + "\n")
+    sys.stdout.write(text + "\n")
+    return 0

@@ -3,12 +3,11 @@
 batcher."""
 
 import argparse
-import json
-import sys
-from pathlib import Path
 from typing import Any
 
 from app.commands.arguments import counts, names, non_negative_float, positive_float, positive_int
+from app.commands.bench_args import print_report
+from app.commands.options import add_output_argument
 from app.errors import UserError
 
 DEFAULT_NETWORKS = ("reference_swapper_narrow", "reference_swapper_full")
@@ -21,7 +20,7 @@ def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None
     p.add_argument("--seconds", type=positive_float, default=None, help="seconds per cell (default 4 narrow, 10 full)")
     p.add_argument("--max-batch", type=positive_int, default=8)
     p.add_argument("--max-delay-ms", type=non_negative_float, default=4.0)
-    p.add_argument("--output", type=Path, default=None, help="also write the JSON here")
+    add_output_argument(p)
     p.add_argument(
         "--backend",
         choices=("onnxruntime", "triton"),
@@ -66,7 +65,7 @@ def run_triton(args: argparse.Namespace) -> dict[str, Any]:
 
 def run(args: argparse.Namespace) -> int:
     if args.backend == "triton":
-        return _write(run_triton(args), args.output)
+        return print_report(run_triton(args), args.output)
     from app.bench.batch_bench import BatchBenchConfig, run_batch_bench
     from app.model_store import open_model_store
 
@@ -81,12 +80,4 @@ def run(args: argparse.Namespace) -> int:
             max_delay_ms=args.max_delay_ms,
             seconds={n: args.seconds for n in args.networks},
         )
-    return _write(run_batch_bench(config, open_model_store()), args.output)
-
-
-def _write(result: dict[str, Any], output: Path | None) -> int:
-    text = json.dumps(result, indent=2)
-    if output:
-        output.write_text(text + "\n")
-    sys.stdout.write(text + "\n")
-    return 0
+    return print_report(run_batch_bench(config, open_model_store()), args.output)

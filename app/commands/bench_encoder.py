@@ -3,11 +3,11 @@
 import argparse
 import json
 import sys
-from pathlib import Path
 from typing import cast, get_args
 
 from app.commands.arguments import counts, int_between, names, names_from
 from app.commands.bench_args import check_bench_args
+from app.commands.options import add_output_argument
 from app.settings import X264Preset
 
 
@@ -22,7 +22,7 @@ def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None
     )
     p.add_argument("--threads", type=counts(0, 16), default=(1, 0), help="comma list of encoder threads (0: auto)")
     p.add_argument("--frames", type=int_between(30, 3000), default=90, help="frames per row (default 90)")
-    p.add_argument("--output", type=Path, default=None, help="also write the JSON here")
+    add_output_argument(p)
     p.set_defaults(func=run)
 
 

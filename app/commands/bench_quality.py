@@ -5,20 +5,17 @@ import json
 import sys
 from pathlib import Path
 
+from app.commands.arguments import comma_list
 from app.errors import UserError
 
 KNOWN = ("passthrough", "classic", "mesh", "inswapper")
-
-
-def _csv(value: str) -> tuple[str, ...]:
-    return tuple(part.strip() for part in value.split(",") if part.strip())
 
 
 def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
     p = sub.add_parser("bench-quality", help="swap quality per engine: identity, landmark and eye/mouth errors")
     p.add_argument(
         "--engines",
-        type=_csv,
+        type=comma_list,
         default=None,
         help="comma list (default: passthrough,classic,mesh, and inswapper when its weights are present)",
     )

@@ -1,10 +1,11 @@
 """`swapcast bench-watermark`: the invisible watermark's robustness, invisibility, false positives and cost."""
 
 import argparse
-import json
-import sys
 from pathlib import Path
 
+from app.commands.arguments import comma_list
+from app.commands.bench_args import print_report
+from app.commands.options import add_output_argument
 from app.errors import UserError
 
 
@@ -14,7 +15,7 @@ def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None
     p.add_argument("--seconds", type=int, default=2, help="seconds of 30 fps 720p video per photo (default 2)")
     p.add_argument("--strength", type=float, default=None, help="RMS grey levels of the mark (default 1.8)")
     p.add_argument("--grid", type=Path, default=Path("watermark-crops.png"), help="PNG of marked vs unmarked crops")
-    p.add_argument("--output", type=Path, default=None, help="also write the JSON here")
+    add_output_argument(p)
     p.set_defaults(func=run)
 
 
@@ -22,7 +23,7 @@ def run(args: argparse.Namespace) -> int:
     from app.bench.watermark_bench import WatermarkBenchConfig, run_watermark_bench
     from app.provenance.embed import DEFAULT_STRENGTH
 
-    photos = tuple(p.strip() for p in args.photos.split(",") if p.strip())
+    photos = comma_list(args.photos)
     if not photos:
         raise UserError("--photos needs at least one name")
     if args.seconds < 1:
@@ -37,8 +38,4 @@ def run(args: argparse.Namespace) -> int:
         result = run_watermark_bench(config)
     except ValueError as exc:
         raise UserError(str(exc)) from None
-    text = json.dumps(result, indent=2)
-    if args.output:
-        args.output.write_text(text + "\n")
-    sys.stdout.write(text + "\n")
-    return 0
+    return print_report(result, args.output)

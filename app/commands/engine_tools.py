@@ -17,9 +17,10 @@ import argparse
 import sys
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from app.commands.arguments import (
+    comma_list,
     fractions,
     non_negative_float,
     non_negative_int,
@@ -28,6 +29,7 @@ from app.commands.arguments import (
     positive_int,
     unit_fraction,
 )
+from app.commands.from_args import picked
 from app.errors import UserError
 
 if TYPE_CHECKING:
@@ -124,22 +126,20 @@ def _training(p: argparse.ArgumentParser, *, batch: int, lr: float, alpha: float
 
 
 def _names(text: str) -> list[str]:
-    return [n.strip() for n in text.split(",") if n.strip()]
+    return list(comma_list(text))
 
 
 def _config(args: argparse.Namespace) -> DistillConfig:
     from engines.distill import DistillConfig
 
     return DistillConfig(
-        steps=args.steps,
-        batch=args.batch,
-        lr=args.lr,
-        alpha=args.alpha,
-        edge_weight=args.edge_weight,
-        seed=args.seed,
-        checkpoint_every=args.checkpoint_every,
-        threads=args.threads,
+        **picked(args, "steps", "batch", "lr", "alpha", "edge_weight", "seed", "checkpoint_every", "threads")
     )
+
+
+def _resume_and_progress(args: argparse.Namespace) -> dict[str, Any]:
+    """What `--no-resume` and `--no-progress` ask of a training job."""
+    return {"resume": not args.no_resume, "progress": not args.no_progress}
 
 
 def _student_shape(text: str) -> tuple[int, int]:
@@ -173,12 +173,7 @@ def run_dataset(args: argparse.Namespace) -> int:
         teacher=args.teacher,
         photo_names=_names(args.photos) if args.photos else None,
         heldout=_names(args.heldout),
-        lr_size=args.lr_size,
-        train_count=args.train_count,
-        heldout_count=args.heldout_count,
-        scan_count=args.scan_count,
-        seed=args.seed,
-        threads=args.threads,
+        **picked(args, "lr_size", "train_count", "heldout_count", "scan_count", "seed", "threads"),
         progress=not args.no_progress,
     )
     counts = meta["counts"]
@@ -197,16 +192,10 @@ def run_prune(args: argparse.Namespace) -> int:
     summary = prune_model(
         args.data,
         args.out,
-        model=args.model,
-        name=args.name,
-        target=args.target,
-        budget=args.budget,
-        ratios=args.ratios,
+        **picked(args, "model", "name", "target", "budget", "ratios", "threads"),
         compensate=not args.no_compensate,
         finetune=finetune,
-        resume=not args.no_resume,
-        threads=args.threads,
-        progress=not args.no_progress,
+        **_resume_and_progress(args),
     )
     before, after = summary["cost_before"], summary["cost_after"]
     print(
@@ -231,8 +220,7 @@ def run_distill(args: argparse.Namespace) -> int:
         student=args.student_from if args.student_from is not None else _student_shape(args.student),
         init=args.init,
         config=_config(args),
-        resume=not args.no_resume,
-        progress=not args.no_progress,
+        **_resume_and_progress(args),
     )
     before, after = summary["train_loss_before"], summary["train_loss_after"]
     print(f"distilled {args.name}: training loss {before:.4f} -> {after:.4f}; {summary['student']}")
@@ -244,15 +232,10 @@ def run_distill_swap(args: argparse.Namespace) -> int:
 
     summary = distill_swap(
         args.out,
-        teacher=args.teacher,
-        name=args.name,
-        divisor=args.divisor,
-        blocks=args.blocks,
-        count=args.count,
+        **picked(args, "teacher", "name", "divisor", "blocks", "count"),
         heldout=set(_names(args.heldout)),
         config=_config(args),
-        resume=not args.no_resume,
-        progress=not args.no_progress,
+        **_resume_and_progress(args),
     )
     params, teacher_params = summary["student_params"], summary["teacher_params"]
     teacher_text = "?" if teacher_params is None else f"{teacher_params / 1e6:.2f}M"
@@ -270,13 +253,8 @@ def run_report(args: argparse.Namespace) -> int:
     report = report_variants(
         args.data,
         args.out,
-        teacher=args.teacher,
         variants=[_variant(item) for item in args.variant],
-        size=args.size,
-        runs=args.runs,
-        grid=args.grid,
-        notes=args.notes,
-        threads=args.threads,
+        **picked(args, "teacher", "size", "runs", "grid", "notes", "threads"),
         progress=not args.no_progress,
     )
     sys.stdout.write(report.markdown())

@@ -6,8 +6,8 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from app.commands.arguments import int_between, non_negative_int, positive_int, unit_fraction
+from app.commands.options import add_engine_argument
 from app.errors import UserError
-from app.names import SWAP_ENGINE_CHOICES
 from app.settings import PipelineSettings
 
 
@@ -32,12 +32,7 @@ def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None
     )
     p.add_argument("--target", required=True, type=Path, help="image or video to change")
     p.add_argument("--output", required=True, type=Path, help="where to write the result")
-    p.add_argument(
-        "--engine",
-        choices=SWAP_ENGINE_CHOICES,
-        default=None,
-        help="swap engine (default SWAPCAST_ENGINE, else auto: inswapper when its weights are present, else mesh)",
-    )
+    add_engine_argument(p)
     p.add_argument("--swapper-model", default=None, help="registry name of the inswapper-contract model")
     p.add_argument("--recognizer-model", default=None, help="registry name of the ArcFace-contract model")
     p.add_argument("--enhancer", default=None, help="registry name of a Real-ESRGAN model, or 'none'")

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import get_args
 
 from app.commands.arguments import positive_float, positive_int
+from app.commands.from_args import picked
 from app.errors import UserError
 from app.names import PRECISIONS
 from engines import registry
@@ -116,15 +117,8 @@ def run_build_trt(args: argparse.Namespace) -> int:
 
     if args.opt_batch is not None and args.opt_batch > args.max_batch:
         raise UserError("need --opt-batch <= --max-batch")
-    request = TrtPlanRequest(
-        name=args.name,
-        precision=args.precision,
-        max_batch=args.max_batch,
-        opt_batch=args.opt_batch,
-        samples=args.samples,
-        recognizer=args.recognizer,
-        workspace_gib=args.workspace_gib,
-    )
+    fields = ("name", "precision", "max_batch", "opt_batch", "samples", "recognizer", "workspace_gib")
+    request = TrtPlanRequest(**picked(args, *fields))
     plan, manifest = build_trt_plan(open_model_store(), request, PipelineSettings())
     facts = f"{_size(plan)}, {manifest.precision}, {manifest.build_mode}, batch 1..{manifest.max_batch}"
     print(f"{args.name}: {plan} ({facts})")

@@ -2,23 +2,24 @@
 
 import time
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 import numpy as np
 
 
 class StageTimer:
-    def __init__(self) -> None:
+    def __init__(self, clock: Callable[[], float] = time.perf_counter) -> None:
         self.samples: dict[str, list[float]] = defaultdict(list)
+        self._clock = clock
 
     @contextmanager
     def stage(self, name: str) -> Iterator[None]:
-        start = time.perf_counter()
+        start = self._clock()
         try:
             yield
         finally:
-            self.samples[name].append(time.perf_counter() - start)
+            self.samples[name].append(self._clock() - start)
 
     def add(self, name: str, seconds: float) -> None:
         self.samples[name].append(seconds)
@@ -38,3 +39,13 @@ def percentiles_ms(values: list[float]) -> dict[str, float]:
         "p99": round(float(np.percentile(ms, 99)), 3),
         "mean": round(float(ms.mean()), 3),
     }
+
+
+def call_times(call: Callable[[], object], runs: int) -> list[float]:
+    """Wall-clock seconds of `runs` calls of `call`, one after another."""
+    times = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        call()
+        times.append(time.perf_counter() - start)
+    return times

@@ -1,9 +1,5 @@
 """API keys: `sk_<id>_<secret>`, shown once when created; the keys file keeps only the id, a random salt and
-the SHA-256 of salt + secret.
-
-The secret is 32 random bytes (256 bits), so one fast salted hash is enough: a stolen keys file cannot be
-brute-forced back to a key (slow password hashes exist for low-entropy passwords). The id is not secret: it
-finds the record without trying every hash and is the only part of a key that ever reaches a log.
+the SHA-256 of salt + secret (`app.auth.bearer_secret`).
 
 The server re-reads the file when its modification time changes, so `swapcast keys create|revoke` take effect on
 a running server without a restart. A file that another local user could change (group- or world-writable, or
@@ -11,8 +7,6 @@ owned by someone else) is refused outright: whoever can write it can add an admi
 """
 
 import fcntl
-import hashlib
-import hmac
 import json
 import os
 import re
@@ -25,16 +19,13 @@ from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 
+from app.auth.bearer_secret import StoredSecret, credential_pattern, matches, new_secret, split
 from engines.atomic import atomic_path
 
 PREFIX = "sk_"
-SECRET_BYTES = 32
-KEY_PATTERN = re.compile(r"^sk_([0-9a-f]{12})_([A-Za-z0-9_-]{43})$")
+KEY_PATTERN = credential_pattern(PREFIX, 12)
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@-]{0,63}$")
 _FORMAT_VERSION = 1
-# Compared against when the id is unknown, so a miss costs the same hash and compare as a hit.
-_DUMMY_SALT = bytes(16)
-_DUMMY_HASH = hashlib.sha256(_DUMMY_SALT + b"x" * 43).hexdigest()
 
 
 class KeyStoreError(Exception):
@@ -60,10 +51,6 @@ def key_id_of(token: str) -> str | None:
     """The id part of something shaped like a key (for logs); None when it is not one."""
     match = KEY_PATTERN.match(token)
     return match.group(1) if match else None
-
-
-def _hash(salt: bytes, secret: str) -> str:
-    return hashlib.sha256(salt + secret.encode("ascii")).hexdigest()
 
 
 def _now() -> str:
@@ -102,13 +89,10 @@ class KeyStore:
     def verify(self, token: str) -> KeyRecord | None:
         """The active record this key belongs to, or None. Constant time in the secret."""
         self.refresh()
-        match = KEY_PATTERN.match(token)
-        key_id, secret = (match.group(1), match.group(2)) if match else ("", "x" * 43)
+        key_id, secret = split(KEY_PATTERN, token)
         record = self._records.get(key_id)
-        salt = bytes.fromhex(record.salt) if record else _DUMMY_SALT
-        expected = record.hash if record else _DUMMY_HASH
-        same = hmac.compare_digest(_hash(salt, secret), expected)
-        if record is None or not same or not record.active:
+        stored = StoredSecret(record.salt, record.hash) if record else None
+        if not matches(secret, stored) or record is None or not record.active:
             return None
         return record
 
@@ -176,14 +160,13 @@ class KeyStore:
         if not scopes:
             raise KeyStoreError("give the key at least one --scope")
         key_id = secrets.token_hex(6)
-        secret = secrets.token_urlsafe(SECRET_BYTES)
-        salt = secrets.token_bytes(16)
+        secret, stored = new_secret()
         record = KeyRecord(
             id=key_id,
             name=name,
             scopes=tuple(dict.fromkeys(scopes)),
-            salt=salt.hex(),
-            hash=_hash(salt, secret),
+            salt=stored.salt,
+            hash=stored.hash,
             created=_now(),
         )
         with self._writing() as records:

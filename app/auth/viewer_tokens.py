@@ -3,27 +3,22 @@ swapped video), good only for that output's WHEP endpoint and viewer page. They 
 Source URL or a proxy's log without giving away anything but the picture: no listing, no switching, no RTSP
 login, no TURN.
 
-Kept like API keys (an id to find the record, a salt and the SHA-256 of salt + secret; the secret is shown
-once), in memory: a token lives as long as its output, is revoked with `DELETE`, and ends with the credential
-that minted it.
+Kept like API keys (`app.auth.bearer_secret`: an id to find the record, a salt and the SHA-256 of salt +
+secret; the secret is shown once), in memory: a token lives as long as its output, is revoked with `DELETE`,
+and ends with the credential that minted it.
 """
 
-import hashlib
-import hmac
-import re
 import secrets
 import threading
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
+from app.auth.bearer_secret import StoredSecret, credential_pattern, matches, new_secret, split
 from app.auth.principal import Principal
 
 VIEWER_PREFIX = "vt_"
-SECRET_BYTES = 32
-TOKEN_PATTERN = re.compile(r"^vt_([0-9a-f]{16})_([A-Za-z0-9_-]{43})$")
+TOKEN_PATTERN = credential_pattern(VIEWER_PREFIX, 16)
 MAX_PER_OUTPUT = 16
-_DUMMY_SALT = bytes(16)
-_DUMMY_HASH = hashlib.sha256(_DUMMY_SALT + b"x" * 43).hexdigest()
 
 
 class TooManyViewerTokens(Exception):
@@ -48,10 +43,6 @@ class ViewerToken:
         return {"id": self.id, "output": self.output, "created": self.created}
 
 
-def _hash(salt: bytes, secret: str) -> str:
-    return hashlib.sha256(salt + secret.encode("ascii")).hexdigest()
-
-
 class ViewerTokens:
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -60,15 +51,14 @@ class ViewerTokens:
     def mint(self, output: str, owner: str, minted_by: Principal) -> tuple[ViewerToken, str]:
         """A new token for `output`; returns its record and the token, which is not stored."""
         token_id = secrets.token_hex(8)
-        secret = secrets.token_urlsafe(SECRET_BYTES)
-        salt = secrets.token_bytes(16)
+        secret, stored = new_secret()
         record = ViewerToken(
             id=token_id,
             output=output,
             owner=owner,
             minted_by=minted_by.credential,
-            salt=salt.hex(),
-            hash=_hash(salt, secret),
+            salt=stored.salt,
+            hash=stored.hash,
             created=datetime.now(UTC).isoformat(timespec="seconds"),
         )
         with self._lock:
@@ -79,13 +69,10 @@ class ViewerTokens:
 
     def verify(self, token: str) -> Principal | None:
         """The viewer principal this token stands for, or None. Constant time in the secret."""
-        match = TOKEN_PATTERN.match(token)
-        token_id, secret = (match.group(1), match.group(2)) if match else ("", "x" * 43)
+        token_id, secret = split(TOKEN_PATTERN, token)
         with self._lock:
             record = self._tokens.get(token_id)
-        salt = bytes.fromhex(record.salt) if record else _DUMMY_SALT
-        same = hmac.compare_digest(_hash(salt, secret), record.hash if record else _DUMMY_HASH)
-        if record is None or not same:
+        if not matches(secret, StoredSecret(record.salt, record.hash) if record else None) or record is None:
             return None
         return Principal(record.credential, "viewer", frozenset(), record.credential, record.output)
 

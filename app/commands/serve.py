@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING
 from pydantic import ValidationError
 
 from app.commands.arguments import port, positive_int
+from app.commands.options import add_engine_argument
 from app.errors import UserError
-from app.names import SWAP_ENGINE_CHOICES
 
 if TYPE_CHECKING:
     from app.server.settings import ServerSettings
@@ -27,12 +27,7 @@ def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None
     p.add_argument("--rtsp-port", type=port, default=None, help="RTSP port (default 8554)")
     p.add_argument("--no-rtsp", action="store_true", help="do not start the RTSP output")
     p.add_argument("--public-host", default=None, help="host name to put in printed and returned URLs")
-    p.add_argument(
-        "--engine",
-        choices=SWAP_ENGINE_CHOICES,
-        default=None,
-        help="swap engine (default SWAPCAST_ENGINE, else auto: inswapper when its weights are present, else mesh)",
-    )
+    add_engine_argument(p)
     p.add_argument("--identity-dir", type=Path, default=None, help="where identities are stored")
     p.add_argument("--max-sessions", type=positive_int, default=None, help="concurrent WebRTC sessions (default 4)")
     p.add_argument("--allow-file-sources", action="store_true", help="let /v1/streams read local video files")

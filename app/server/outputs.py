@@ -13,23 +13,36 @@ from app.auth.principal import Principal
 from app.auth.scopes import SESSIONS, STREAMS
 from app.live.adapter import LiveOutput
 from app.server.deps import get_sessions, get_streams
-from app.server.owned import owned_session, owned_stream
+from app.server.owned import owned_output
+from app.server.sessions import SessionNotFound
 from app.server.state import ServerState
+from app.server.streams import StreamNotFound
 
 
 @dataclass(frozen=True)
 class OutputKind:
     plural: str  # in paths: /v1/sessions/...
-    singular: str  # in output keys: session/ID
-    param: str  # the path parameter's name: session_id
     scope: str
-    find: Callable[[ServerState, str, Principal, Access], LiveOutput]
-    every: Callable[[ServerState], list[LiveOutput]]  # all live outputs of the kind, whoever owns them
+    manager: Callable[[ServerState], Any]  # the kind's manager (503 while the server is not ready)
+    not_found: Callable[[str], LookupError]
+
+    @property
+    def singular(self) -> str:  # in output keys: session/ID
+        return self.plural[:-1]
+
+    @property
+    def param(self) -> str:  # the path parameter's name: session_id
+        return f"{self.singular}_id"
 
     def owned(self, state: ServerState, output_id: str, principal: Principal, access: Access) -> LiveOutput:
         """The output if `principal` may use it (its owner, admin, or a viewer token of it on the routes that
         take one); its kind's "not found" otherwise."""
-        return self.find(state, output_id, principal, access)
+        output: LiveOutput = self.manager(state).get(output_id)
+        return owned_output(output, self.singular, principal, access, self.not_found)
+
+    def every(self, state: ServerState) -> list[LiveOutput]:
+        """All live outputs of the kind, whoever owns them."""
+        return list(self.manager(state).outputs())
 
     def key(self, output_id: str) -> str:
         return f"{self.singular}/{output_id}"
@@ -46,20 +59,6 @@ class OutputKind:
         return Depends(requires(self.scope, viewer_token=True))
 
 
-SESSION_OUTPUTS = OutputKind(
-    "sessions",
-    "session",
-    "session_id",
-    SESSIONS,
-    lambda state, output_id, principal, access: owned_session(get_sessions(state), output_id, principal, access),
-    lambda state: list(get_sessions(state).sessions()),
-)
-STREAM_OUTPUTS = OutputKind(
-    "streams",
-    "stream",
-    "stream_id",
-    STREAMS,
-    lambda state, output_id, principal, access: owned_stream(get_streams(state), output_id, principal, access),
-    lambda state: list(get_streams(state).streams()),
-)
+SESSION_OUTPUTS = OutputKind("sessions", SESSIONS, get_sessions, SessionNotFound)
+STREAM_OUTPUTS = OutputKind("streams", STREAMS, get_streams, StreamNotFound)
 OUTPUT_KINDS = (SESSION_OUTPUTS, STREAM_OUTPUTS)

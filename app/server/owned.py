@@ -2,6 +2,8 @@
 "not found", exactly like a missing one, so ids cannot be probed for existence."""
 
 import asyncio
+from collections.abc import Callable
+from typing import Protocol, TypeVar
 
 from app.auth.access import Access
 from app.auth.principal import Principal
@@ -11,6 +13,14 @@ from app.pipeline.swap import PreparedSource
 from app.server.sessions import SessionManager, SessionNotFound
 from app.server.state import ServerState
 from app.server.streams import Stream, StreamManager, StreamNotFound
+
+
+class Identified(Protocol):
+    @property
+    def id(self) -> str: ...
+
+
+T = TypeVar("T", bound=Identified)
 
 
 async def owned_source(state: ServerState, principal: Principal, identity_id: str) -> PreparedSource:
@@ -36,14 +46,17 @@ async def check_owned_identity(state: ServerState, principal: Principal, identit
 def owned_session(sessions: SessionManager, session_id: str, principal: Principal, access: Access) -> Session:
     """The session if `principal` owns it, is admin, or holds a viewer token for it (on the routes that take
     one); `SessionNotFound` otherwise."""
-    session = sessions.get(session_id)
-    if not (principal.watches(f"session/{session.id}") or access.owners.visible(principal, session)):
-        raise SessionNotFound(session_id)
-    return session
+    return owned_output(sessions.get(session_id), "session", principal, access, SessionNotFound)
 
 
 def owned_stream(streams: StreamManager, stream_id: str, principal: Principal, access: Access) -> Stream:
-    stream = streams.get(stream_id)
-    if not (principal.watches(f"stream/{stream.id}") or access.owners.visible(principal, stream)):
-        raise StreamNotFound(stream_id)
-    return stream
+    return owned_output(streams.get(stream_id), "stream", principal, access, StreamNotFound)
+
+
+def owned_output(
+    output: T, kind: str, principal: Principal, access: Access, not_found: Callable[[str], LookupError]
+) -> T:
+    """`output` if `principal` may use it, else its kind's "not found", exactly as for a missing one."""
+    if not (principal.watches(f"{kind}/{output.id}") or access.owners.visible(principal, output)):
+        raise not_found(output.id)
+    return output

@@ -58,6 +58,9 @@ class SessionManager:
     def sessions(self) -> list[Session]:
         return self._admission.items()
 
+    def outputs(self) -> list[Session]:  # the name every kind of live output answers to
+        return self.sessions()
+
     def rtsp_paths(self) -> list[str]:
         return [s.rtsp_path for s in self._admission.items() if s.rtsp_url]
 

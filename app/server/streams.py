@@ -239,6 +239,9 @@ class StreamManager:
     def streams(self) -> list[Stream]:
         return self._admission.items() + list(self._failed.values())
 
+    def outputs(self) -> list[Stream]:  # the name every kind of live output answers to
+        return self.streams()
+
     def rtsp_paths(self) -> list[str]:
         return [s.rtsp_path for s in self._admission.items()]
 

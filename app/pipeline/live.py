@@ -51,22 +51,13 @@ class LiveTracking:
         # Every key exists from the start, so a reader on another thread never sees the dict change size.
         self.detections: Counter[str] = Counter(dict.fromkeys(DETECTION_REASONS, 0))
 
-    def _inline_reason(self, frame: Image, scheduled: bool) -> str | None:
-        """Why `frame` must wait for a detection, or None when the tracker vouches for it."""
-        if scheduled and not self.tracker.tracking:
-            return "new"
-        doubt = self.tracker.doubt()
-        if doubt is not None:
-            return doubt
-        return "looks" if self.tracker.looks_changed(frame) else None
-
     def locate(self, frame: Image, timer: StageTimer, session: str = DEFAULT_SESSION) -> list[Face]:
         """The faces of `frame`. The frame waits for a detection only when the tracker cannot vouch for it:
         no face is tracked yet (a face that appears is swapped from its first detected frame), a face's
         region changed since the previous frame (it jumped or turned: a stale position would show it),
         or a face is missed or moves fast. Otherwise detections due by schedule run in the background."""
         scheduled = self.tracker.due_at(0)
-        reason = self._inline_reason(frame, scheduled)
+        reason = self.tracker.wait_reason(frame, scheduled)
         if reason is not None:
             self.detections[reason] += 1
             self._forget_pending()  # older than what is about to be found

@@ -9,7 +9,6 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
-from weakref import WeakKeyDictionary
 
 import cv2
 import numpy as np
@@ -93,7 +92,6 @@ class FramePipeline:
         self.paster = PasteBack(self.config.paste)
         self.stages = stages or Stages(detector, engine, tuple(crops))
         self._detect_executor: ThreadPoolExecutor | None = None
-        self._landmark_tracks: WeakKeyDictionary[FaceTracker, MeshTracking] = WeakKeyDictionary()
 
     def close(self) -> None:
         """Stop the stages' batchers and release every model (idempotent)."""
@@ -141,8 +139,8 @@ class FramePipeline:
     ) -> list[list[Face]]:
         if tracker is None:
             due = list(range(len(frames)))
-        else:  # the first frame is also detected when a face's region changed since the previous frame
-            due = [i for i in range(len(frames)) if tracker.due_at(i) or (i == 0 and tracker.looks_changed(frames[0]))]
+        else:
+            due = [i for i in range(len(frames)) if tracker.needs_detection(frames[i], i)]
         detected: dict[int, list[Face]] = {}
         if due:
             with timer.stage("detect"):
@@ -216,9 +214,9 @@ class FramePipeline:
         """The stream's landmark chains, when its engine takes tracked landmarks."""
         if tracker is None or not self.config.track_landmarks or not isinstance(self.engine, TracksLandmarks):
             return None
-        if tracker not in self._landmark_tracks:
-            self._landmark_tracks[tracker] = self.engine.new_landmark_tracking()
-        return self._landmark_tracks[tracker]
+        if tracker.landmarks is None:
+            tracker.landmarks = self.engine.new_landmark_tracking()
+        return tracker.landmarks
 
     @staticmethod
     def _sources(

@@ -18,6 +18,7 @@ import cv2
 import numpy as np
 
 from app.names import FaceLostPolicy
+from app.pipeline.mesh_track import MeshTracking
 from app.pipeline.paste import PasteItem
 from app.pipeline.types import Face, FaceStatus, Image
 
@@ -159,6 +160,26 @@ class FaceTracker:
         self._next_id = 0
         self._frame = 0
         self._asked = False  # a detection was asked for (`request_detection`) and has not come yet
+        # The engine's landmark chains for this stream's faces, when its engine tracks landmarks (the pipeline
+        # makes them on first use): all of one stream's state lives with its tracker.
+        self.landmarks: MeshTracking | None = None
+
+    # When to detect: decided here only; the pipeline (files, batches) and live streams ask.
+    def needs_detection(self, frame: Image, offset: int = 0) -> bool:
+        """Whether the frame `offset` frames ahead must be detected when frames are processed in order: due by
+        the schedule or a doubt, or (the next frame) a face's region changed since the previous frame."""
+        return self.due_at(offset) or (offset == 0 and self.looks_changed(frame))
+
+    def wait_reason(self, frame: Image, scheduled: bool) -> str | None:
+        """Why a live frame must wait for a detection (`new`, `missed`, `fast`, `looks`), or None when the
+        tracker vouches for it and a due detection may run in the background: no face is tracked yet when one
+        is `scheduled`, a face is missed or moves fast, or a face's region changed since the previous frame."""
+        if scheduled and not self.tracking:
+            return "new"
+        doubt = self.doubt()
+        if doubt is not None:
+            return doubt
+        return "looks" if self.looks_changed(frame) else None
 
     def due(self) -> bool:
         return self.due_at(0)

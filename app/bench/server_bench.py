@@ -6,10 +6,11 @@ stamped in pixels and read the ids back from what returns. The same clients run 
 - a bare aiortc echo server (the received track relayed back, newest frame only, as `MediaRelay` does),
 - our server with the passthrough engine (everything but the model: detect, align, paste, metrics, ...),
 - our server with the classic engine,
+- our server with the mesh engine (the default users get: no swap weights, the face mesh landmark model),
 
 each in its own process on 127.0.0.1 (or, with `in_process`, in threads of the benchmark's process), in the same
 run. The clients encode in real time, as a browser's WebRTC encoder does (`client_encoder`). Reported per
-cell: round-trip latency p50/p95 over every returned frame sent inside the measuring window, frames per
+cell: round-trip latency p50/p95/p99 over every returned frame sent inside the measuring window, frames per
 second returned per session, and frames the server dropped; and per server, the difference to the echo and
 the ratio.
 """
@@ -51,7 +52,7 @@ class ServerBenchConfig:
     warmup: float = 1.5  # streamed before measuring
     sessions: tuple[int, ...] = (1, 2, 4)
     resolutions: tuple[str, ...] = ("480p", "720p")
-    engines: tuple[str, ...] = ("passthrough", "classic")
+    engines: tuple[str, ...] = ("passthrough", "classic", "mesh")
     echo: bool = True
     codec: str = "H264"
     fps: int = 30
@@ -95,6 +96,7 @@ class Cell:
             "latency_ms": {
                 "p50": round(float(np.percentile(lat, 50)), 1) if lat.size else None,
                 "p95": round(float(np.percentile(lat, 95)), 1) if lat.size else None,
+                "p99": round(float(np.percentile(lat, 99)), 1) if lat.size else None,
                 "n": int(lat.size),
             },
             "fps_per_session": round(float(np.mean(self.fps)), 1) if self.fps else 0.0,
@@ -345,6 +347,19 @@ async def _run_cell(server: BenchServer, frames: list[Image], cell: Cell, config
     await asyncio.sleep(0.5)  # let the server finish tearing down before the next cell
 
 
+def engine_unavailable(kind: str) -> str | None:
+    """Why a server with engine `kind` cannot start here (its models are not in the store), or None."""
+    if kind != "mesh":
+        return None  # passthrough and classic need only the detector, which the store builds itself
+    from app.model_store import mesh_available, open_model_store
+    from app.settings import PipelineSettings
+
+    settings = PipelineSettings(engine="mesh")
+    if mesh_available(settings, open_model_store()):
+        return None
+    return f"the mesh engine needs its landmark model: run `swapcast models import {settings.landmark_model}`"
+
+
 def _clip(resolution: str, count: int) -> list[Image]:
     from app.media.clips import load_sample, make_motion_clip
 
@@ -405,6 +420,15 @@ def run_server_bench(config: ServerBenchConfig, progress: bool = True) -> dict[s
         install_timed_encoders()  # this process's senders, i.e. the clients (servers run their own)
     with tempfile.TemporaryDirectory(prefix="swapcast-bench-") as tmp:
         for kind in servers:
+            reason = engine_unavailable(kind)
+            if reason is not None:
+                for resolution in config.resolutions:
+                    for sessions in config.sessions:
+                        cell = Cell(kind, resolution, sessions, failed=reason)
+                        cells.append(cell.summary())
+                if progress:
+                    print(f"{kind:>11} skipped: {reason}", flush=True)
+                continue
             server: BenchServer = (ThreadServer if config.in_process else ServerProcess)(
                 kind, Path(tmp) / kind, config.echo_encoder
             )

@@ -23,8 +23,8 @@ def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None
     p.add_argument(
         "--engines",
         type=names_from(SWAP_ENGINES, "engine"),
-        default=("passthrough", "classic"),
-        help="comma list of swap engines",
+        default=("passthrough", "classic", "mesh"),
+        help="comma list of swap engines (default passthrough,classic,mesh; mesh is the one users get)",
     )
     p.add_argument("--no-echo", action="store_true", help="skip the bare aiortc echo server")
     p.add_argument(

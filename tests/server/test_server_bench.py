@@ -117,3 +117,10 @@ def test_bench_server_refuses_bad_arguments(argv: list[str], message: str) -> No
     args = parser.parse_args(["bench-server", *argv])
     with pytest.raises(UserError, match=message):
         args.func(args)
+
+
+def test_mesh_the_engine_users_get_is_benchmarked_by_default() -> None:
+    parser = argparse.ArgumentParser()
+    bench_server.register(parser.add_subparsers())
+    assert parser.parse_args(["bench-server"]).engines == ("passthrough", "classic", "mesh")
+    assert ServerBenchConfig().engines == ("passthrough", "classic", "mesh")

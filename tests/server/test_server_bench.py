@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from app.bench.rtsp_ingest_cell import compare_to_sessions
 from app.bench.server_bench import ServerBenchConfig, compare, run_server_bench
 from app.cli import main
 from app.commands import bench_server
@@ -15,7 +16,13 @@ from app.errors import UserError
 @pytest.mark.slow
 def test_tiny_benchmark_measures_echo_and_our_server(model_root: Path) -> None:
     config = ServerBenchConfig(
-        seconds=1.0, warmup=0.5, sessions=(1,), resolutions=("480p",), engines=("passthrough",), face_lost=False
+        seconds=1.0,
+        warmup=0.5,
+        sessions=(1,),
+        resolutions=("480p",),
+        engines=("passthrough",),
+        face_lost=False,
+        rtsp_ingest=False,
     )
     result = run_server_bench(config, progress=False)
     json.dumps(result)  # JSON all the way down
@@ -51,6 +58,7 @@ def test_the_servers_can_run_in_the_benchmarks_own_process(model_root: Path) -> 
         echo=False,
         face_lost=False,
         in_process=True,
+        rtsp_ingest=False,
     )
     result = run_server_bench(config, progress=False)
     assert result["config"]["in_process"] is True and result["config"]["client_encoder"] == "live"
@@ -124,3 +132,52 @@ def test_mesh_the_engine_users_get_is_benchmarked_by_default() -> None:
     bench_server.register(parser.add_subparsers())
     assert parser.parse_args(["bench-server"]).engines == ("passthrough", "classic", "mesh")
     assert ServerBenchConfig().engines == ("passthrough", "classic", "mesh")
+
+
+def test_rtsp_ingest_cells_pair_with_the_one_session_cell_of_their_server_and_resolution() -> None:
+    def session(server: str, sessions: int, fps: float, total: float) -> dict:
+        hops = {"total": {"p50": total, "p95": total * 2}}
+        return {
+            "server": server,
+            "resolution": "480p",
+            "sessions": sessions,
+            "latency_ms": {"p50": 100.0},
+            "fps_per_session": fps,
+            "server_hops_ms": hops,
+        }
+
+    def stream(server: str, hops: dict | None) -> dict:
+        return {
+            "server": server,
+            "resolution": "480p",
+            "latency_ms": {"p50": 150.0},
+            "fps": 27.0,
+            "server_hops_ms": hops,
+        }
+
+    sessions = [session("mesh", 1, 30.0, 40.0), session("mesh", 2, 20.0, 80.0), session("classic", 1, 30.0, 30.0)]
+    rows = compare_to_sessions(sessions, [stream("mesh", {"total": {"p50": 44.0}}), stream("classic", None)])
+    assert rows == [
+        {
+            "server": "mesh",
+            "resolution": "480p",
+            "rtsp_ingest_fps": 27.0,
+            "session_fps": 30.0,
+            "fps_ratio": 0.9,
+            "latency_p50_ratio": 1.5,
+            "rtsp_ingest_hops_total_p50_ms": 44.0,
+            "session_hops_total_p50_ms": 40.0,
+            "hops_total_ratio": 1.1,
+        },
+        {
+            "server": "classic",
+            "resolution": "480p",
+            "rtsp_ingest_fps": 27.0,
+            "session_fps": 30.0,
+            "fps_ratio": 0.9,
+            "latency_p50_ratio": 1.5,
+            "rtsp_ingest_hops_total_p50_ms": None,
+            "session_hops_total_p50_ms": 30.0,
+            "hops_total_ratio": None,  # the stream's stats carry no hops (yet)
+        },
+    ]

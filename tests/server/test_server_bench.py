@@ -11,6 +11,11 @@ from app.bench.server_bench import ServerBenchConfig, compare, run_server_bench
 from app.cli import main
 from app.commands import bench_server
 from app.errors import UserError
+from app.media.rtsp_out import rtsp_unavailable_reason
+from engines.store import ModelStore
+
+UNAVAILABLE = rtsp_unavailable_reason()
+needs_rtsp = pytest.mark.skipif(UNAVAILABLE is not None, reason=f"GStreamer RTSP unavailable: {UNAVAILABLE}")
 
 
 @pytest.mark.slow
@@ -45,6 +50,34 @@ def test_tiny_benchmark_measures_echo_and_our_server(model_root: Path) -> None:
     p50 = cells["passthrough"]["latency_ms"]["p50"]
     assert row["added_p50_ms"] == pytest.approx(p50 - cells["echo"]["latency_ms"]["p50"], abs=0.11)
     assert row["ratio_p50"] == pytest.approx(p50 / cells["echo"]["latency_ms"]["p50"], abs=0.01)
+
+
+@pytest.mark.slow
+@needs_rtsp
+def test_mesh_and_rtsp_ingest_cells_measure_frames_that_flowed(store: ModelStore) -> None:
+    store.ensure("face_mesh_468")  # the mesh server finds its landmark model imported
+    config = ServerBenchConfig(
+        seconds=1.5, warmup=0.5, sessions=(1,), resolutions=("480p",), engines=("mesh",), echo=False, face_lost=False
+    )
+    result = run_server_bench(config, progress=False)
+    json.dumps(result)
+    assert result["config"]["rtsp_ingest"] is True
+    (session,) = result["cells"]
+    assert session["server"] == "mesh" and session["failed"] is None, session
+    assert session["frames_returned"] > 0 and session["latency_ms"]["p99"] >= session["latency_ms"]["p50"] > 0
+    assert "landmarks" in session["server_hops_ms"] and "total" in session["server_hops_ms"], session
+    (stream,) = result["rtsp_ingest"]
+    assert stream["server"] == "mesh" and stream["resolution"] == "480p" and stream["failed"] is None, stream
+    assert stream["frames_sent"] > 0 and stream["frames_returned"] > 0 and stream["fps"] > 0, stream
+    latency = stream["latency_ms"]
+    assert latency["n"] == stream["frames_returned"] and latency["p99"] >= latency["p95"] >= latency["p50"] > 0
+    assert stream["server_dropped"] is not None and stream["server_cpu_ms_per_frame"] > 0
+    hops = stream["server_hops_ms"]
+    assert hops is None or "total" in hops, hops  # the stream's own hops, once its stats carry them
+    (row,) = result["rtsp_ingest_vs_session"]
+    assert row["fps_ratio"] == pytest.approx(stream["fps"] / session["fps_per_session"], abs=0.01)
+    assert row["session_hops_total_p50_ms"] == session["server_hops_ms"]["total"]["p50"]
+    assert (row["hops_total_ratio"] is None) == (hops is None)
 
 
 @pytest.mark.slow

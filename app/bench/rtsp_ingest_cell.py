@@ -32,6 +32,16 @@ FIRST_FRAME_S = 30.0
 LATE_FRAMES_S = 10.0
 
 
+def latency_summary(latencies_ms: list[float]) -> dict[str, Any]:
+    """p50/p95/p99 (null without any) and the count, as every cell of the server benchmark reports latency."""
+    lat = np.asarray(latencies_ms, dtype=np.float64)
+    summary: dict[str, Any] = {
+        q: round(float(np.percentile(lat, p)), 1) if lat.size else None
+        for q, p in (("p50", 50), ("p95", 95), ("p99", 99))
+    }
+    return summary | {"n": int(lat.size)}
+
+
 @dataclass
 class RtspCell:
     server: str
@@ -42,29 +52,30 @@ class RtspCell:
     returned: int = 0
     unreadable: int = 0
     server_dropped: int | None = None
+    server_latency_p50_ms: float | None = None
     server_hops_ms: dict[str, dict[str, float]] | None = None
+    detections: dict[str, int] | None = None
     server_cpu_ms_per_frame: float | None = None
     failed: str | None = None
 
     def summary(self) -> dict[str, Any]:
-        lat = np.asarray(self.latencies_ms, dtype=np.float64)
         return {
             "server": self.server,
             "resolution": self.resolution,
             "streams": 1,
-            "latency_ms": {
-                q: round(float(np.percentile(lat, p)), 1) if lat.size else None
-                for q, p in (("p50", 50), ("p95", 95), ("p99", 99))
-            }
-            | {"n": int(lat.size)},
+            "latency_ms": latency_summary(self.latencies_ms),
             "fps": round(self.fps, 1),
             "frames_sent": self.sent,
             "frames_returned": self.returned,
             "unreadable": self.unreadable,
-            # Decoded source frames the stream's worker replaced by a newer one before the pipeline took them.
+            # Frames the stream dropped since it started: all reasons where its stats sum them (`dropped`, as
+            # sessions report), else those its ingest worker replaced by a newer one before processing.
             "server_dropped": self.server_dropped,
-            # The stream's hop totals when its stats carry them (`hops_ms`, as sessions report), else null.
+            # The stream's own figures where its stats carry them as sessions' do (`latency_ms`, `hops_ms`,
+            # `detections`), else null.
+            "server_latency_p50_ms": self.server_latency_p50_ms,
             "server_hops_ms": self.server_hops_ms,
+            "detections": self.detections,
             "server_cpu_ms_per_frame": self.server_cpu_ms_per_frame,
             "failed": self.failed,
         }
@@ -218,10 +229,7 @@ def run_rtsp_cell(
             cell.unreadable = reader.unreadable
             if cpu_before is not None and cpu_after is not None and cell.returned:
                 cell.server_cpu_ms_per_frame = round((cpu_after - cpu_before) * 1000.0 / cell.returned, 1)
-            stats = http.get(location).json()
-            worker = stats.get("stats") or {}
-            cell.server_dropped = int(worker["dropped"]) if "dropped" in worker else None
-            cell.server_hops_ms = stats.get("hops_ms") or worker.get("hops_ms") or None
+            _read_stream_stats(http.get(location).json(), cell)
         except (httpx.HTTPError, OSError, ValueError, KeyError) as exc:
             cell.failed = f"{type(exc).__name__}: {exc}"
         finally:
@@ -232,6 +240,16 @@ def run_rtsp_cell(
                     http.delete(location)
             source.close()
     time.sleep(0.5)  # let the server finish tearing down before the next cell
+
+
+def _read_stream_stats(stats: dict[str, Any], cell: RtspCell) -> None:
+    worker = stats.get("stats") or {}
+    dropped = stats.get("dropped", worker.get("dropped"))
+    cell.server_dropped = int(dropped) if dropped is not None else None
+    p50 = (stats.get("latency_ms") or {}).get("p50")
+    cell.server_latency_p50_ms = float(p50) if p50 is not None else None
+    cell.server_hops_ms = stats.get("hops_ms") or None
+    cell.detections = stats.get("detections") or None
 
 
 def _wait_for_output(http: httpx.Client, location: str, within_s: float = 30.0) -> str | None:

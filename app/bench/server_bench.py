@@ -43,7 +43,7 @@ from aiortc.mediastreams import MediaStreamTrack
 from fastapi import FastAPI, Request, Response
 
 from app.bench.rtc_client import RtcClient
-from app.bench.rtsp_ingest_cell import RtspCell, compare_to_sessions, run_rtsp_cell
+from app.bench.rtsp_ingest_cell import RtspCell, compare_to_sessions, latency_summary, run_rtsp_cell
 from app.pipeline.types import Image
 
 ECHO = "echo"
@@ -95,17 +95,11 @@ class Cell:
     failed: str | None = None
 
     def summary(self) -> dict[str, Any]:
-        lat = np.asarray(self.latencies_ms, dtype=np.float64)
         return {
             "server": self.server,
             "resolution": self.resolution,
             "sessions": self.sessions,
-            "latency_ms": {
-                "p50": round(float(np.percentile(lat, 50)), 1) if lat.size else None,
-                "p95": round(float(np.percentile(lat, 95)), 1) if lat.size else None,
-                "p99": round(float(np.percentile(lat, 99)), 1) if lat.size else None,
-                "n": int(lat.size),
-            },
+            "latency_ms": latency_summary(self.latencies_ms),
             "fps_per_session": round(float(np.mean(self.fps)), 1) if self.fps else 0.0,
             "frames_sent": self.sent,
             "frames_returned": self.returned,

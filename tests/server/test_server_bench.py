@@ -72,6 +72,7 @@ def test_mesh_and_rtsp_ingest_cells_measure_frames_that_flowed(store: ModelStore
     latency = stream["latency_ms"]
     assert latency["n"] == stream["frames_returned"] and latency["p99"] >= latency["p95"] >= latency["p50"] > 0
     assert stream["server_dropped"] is not None and stream["server_cpu_ms_per_frame"] > 0
+    assert stream["server_latency_p50_ms"] is None or stream["server_latency_p50_ms"] > 0, stream
     hops = stream["server_hops_ms"]
     assert hops is None or "total" in hops, hops  # the stream's own hops, once its stats carry them
     (row,) = result["rtsp_ingest_vs_session"]

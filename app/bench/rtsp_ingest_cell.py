@@ -30,6 +30,7 @@ from app.pipeline.types import Image
 SOURCE_PATH = "/bench-source"
 FIRST_FRAME_S = 30.0
 LATE_FRAMES_S = 10.0
+NOT_SHARED = ("total", "detect_background")  # not a stretch of a frame's way through the server
 
 
 def latency_summary(latencies_ms: list[float]) -> dict[str, Any]:
@@ -267,7 +268,9 @@ def _wait_for_output(http: httpx.Client, location: str, within_s: float = 30.0) 
 
 def compare_to_sessions(sessions: list[dict[str, Any]], streams: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Each RTSP-ingest cell against the one-session cell of the same server and resolution: fps, latency and the
-    server's hop totals as ratios (stream over session; null where either side lacks the figure)."""
+    server's hop totals as ratios (stream over session; null where either side lacks the figure). The two `total`
+    hops may span different stretches (a session's runs to its encoder); `shared_hops` sums the p50s of the hops
+    both report, `total` and background work left out, for a like-for-like figure."""
     one = {(c["server"], c["resolution"]): c for c in sessions if c["sessions"] == 1}
     rows = []
     for stream in streams:
@@ -276,6 +279,13 @@ def compare_to_sessions(sessions: list[dict[str, Any]], streams: list[dict[str, 
             continue
         stream_total = _hop_total(stream["server_hops_ms"])
         session_total = _hop_total(session["server_hops_ms"])
+        shared = [
+            hop
+            for hop in (session["server_hops_ms"] or {})
+            if hop in (stream["server_hops_ms"] or {}) and hop not in NOT_SHARED
+        ]
+        stream_shared = _p50_sum(stream["server_hops_ms"], shared)
+        session_shared = _p50_sum(session["server_hops_ms"], shared)
         rows.append(
             {
                 "server": stream["server"],
@@ -287,9 +297,19 @@ def compare_to_sessions(sessions: list[dict[str, Any]], streams: list[dict[str, 
                 "rtsp_ingest_hops_total_p50_ms": stream_total,
                 "session_hops_total_p50_ms": session_total,
                 "hops_total_ratio": _ratio(stream_total, session_total),
+                "shared_hops": shared or None,
+                "rtsp_ingest_shared_hops_p50_ms": stream_shared,
+                "session_shared_hops_p50_ms": session_shared,
+                "shared_hops_ratio": _ratio(stream_shared, session_shared),
             }
         )
     return rows
+
+
+def _p50_sum(hops: dict[str, dict[str, float]] | None, names: list[str]) -> float | None:
+    if not hops or not names:
+        return None
+    return round(sum(float(hops[name]["p50"]) for name in names), 1)
 
 
 def _hop_total(hops: dict[str, dict[str, float]] | None) -> float | None:

@@ -170,7 +170,7 @@ def test_mesh_the_engine_users_get_is_benchmarked_by_default() -> None:
 
 def test_rtsp_ingest_cells_pair_with_the_one_session_cell_of_their_server_and_resolution() -> None:
     def session(server: str, sessions: int, fps: float, total: float) -> dict:
-        hops = {"total": {"p50": total, "p95": total * 2}}
+        hops = {"swap": {"p50": 10.0}, "encode": {"p50": 5.0}, "total": {"p50": total, "p95": total * 2}}
         return {
             "server": server,
             "resolution": "480p",
@@ -190,7 +190,8 @@ def test_rtsp_ingest_cells_pair_with_the_one_session_cell_of_their_server_and_re
         }
 
     sessions = [session("mesh", 1, 30.0, 40.0), session("mesh", 2, 20.0, 80.0), session("classic", 1, 30.0, 30.0)]
-    rows = compare_to_sessions(sessions, [stream("mesh", {"total": {"p50": 44.0}}), stream("classic", None)])
+    stream_hops = {"swap": {"p50": 12.0}, "total": {"p50": 44.0}, "detect_background": {"p50": 9.0}}
+    rows = compare_to_sessions(sessions, [stream("mesh", stream_hops), stream("classic", None)])
     assert rows == [
         {
             "server": "mesh",
@@ -202,6 +203,10 @@ def test_rtsp_ingest_cells_pair_with_the_one_session_cell_of_their_server_and_re
             "rtsp_ingest_hops_total_p50_ms": 44.0,
             "session_hops_total_p50_ms": 40.0,
             "hops_total_ratio": 1.1,
+            "shared_hops": ["swap"],  # the session's encode is not a hop of the stream's
+            "rtsp_ingest_shared_hops_p50_ms": 12.0,
+            "session_shared_hops_p50_ms": 10.0,
+            "shared_hops_ratio": 1.2,
         },
         {
             "server": "classic",
@@ -213,5 +218,9 @@ def test_rtsp_ingest_cells_pair_with_the_one_session_cell_of_their_server_and_re
             "rtsp_ingest_hops_total_p50_ms": None,
             "session_hops_total_p50_ms": 30.0,
             "hops_total_ratio": None,  # the stream's stats carry no hops (yet)
+            "shared_hops": None,
+            "rtsp_ingest_shared_hops_p50_ms": None,
+            "session_shared_hops_p50_ms": None,
+            "shared_hops_ratio": None,
         },
     ]

@@ -6,12 +6,17 @@ stamped in pixels and read the ids back from what returns. The same clients run 
 - a bare aiortc echo server (the received track relayed back, newest frame only, as `MediaRelay` does),
 - our server with the passthrough engine (everything but the model: detect, align, paste, metrics, ...),
 - our server with the classic engine,
+- our server with the mesh engine (the default users get: no swap weights, the face mesh landmark model),
 
 each in its own process on 127.0.0.1 (or, with `in_process`, in threads of the benchmark's process), in the same
 run. The clients encode in real time, as a browser's WebRTC encoder does (`client_encoder`). Reported per
-cell: round-trip latency p50/p95 over every returned frame sent inside the measuring window, frames per
+cell: round-trip latency p50/p95/p99 over every returned frame sent inside the measuring window, frames per
 second returned per session, and frames the server dropped; and per server, the difference to the echo and
 the ratio.
+
+With `rtsp_ingest`, each of our servers also gets one RTSP-ingest cell per resolution (`app.bench.rtsp_ingest_cell`):
+a stream pulled from a local RTSP source publishing the same clip in real time, timed from source frame to the
+stream's RTSP output, and compared with the one-session cell of the same server and resolution.
 """
 
 import asyncio
@@ -38,6 +43,7 @@ from aiortc.mediastreams import MediaStreamTrack
 from fastapi import FastAPI, Request, Response
 
 from app.bench.rtc_client import RtcClient
+from app.bench.rtsp_ingest_cell import RtspCell, compare_to_sessions, latency_summary, run_rtsp_cell
 from app.pipeline.types import Image
 
 ECHO = "echo"
@@ -51,7 +57,7 @@ class ServerBenchConfig:
     warmup: float = 1.5  # streamed before measuring
     sessions: tuple[int, ...] = (1, 2, 4)
     resolutions: tuple[str, ...] = ("480p", "720p")
-    engines: tuple[str, ...] = ("passthrough", "classic")
+    engines: tuple[str, ...] = ("passthrough", "classic", "mesh")
     echo: bool = True
     codec: str = "H264"
     fps: int = 30
@@ -67,6 +73,8 @@ class ServerBenchConfig:
     # The servers in this process (threads) rather than each in its own: the old way, kept for comparison;
     # the process's CPU time then includes the clients', so `server_cpu_ms_per_frame` is left out.
     in_process: bool = False
+    # One RTSP-ingest stream per our server and resolution, beside its session cells (app.bench.rtsp_ingest_cell).
+    rtsp_ingest: bool = True
 
 
 @dataclass
@@ -87,16 +95,11 @@ class Cell:
     failed: str | None = None
 
     def summary(self) -> dict[str, Any]:
-        lat = np.asarray(self.latencies_ms, dtype=np.float64)
         return {
             "server": self.server,
             "resolution": self.resolution,
             "sessions": self.sessions,
-            "latency_ms": {
-                "p50": round(float(np.percentile(lat, 50)), 1) if lat.size else None,
-                "p95": round(float(np.percentile(lat, 95)), 1) if lat.size else None,
-                "n": int(lat.size),
-            },
+            "latency_ms": latency_summary(self.latencies_ms),
             "fps_per_session": round(float(np.mean(self.fps)), 1) if self.fps else 0.0,
             "frames_sent": self.sent,
             "frames_returned": self.returned,
@@ -160,8 +163,9 @@ def _echo_app() -> FastAPI:
     return app
 
 
-def _app(kind: str, identity_dir: str, echo_encoder: str) -> FastAPI:
-    """The echo or one of our servers, as `kind` says."""
+def _app(kind: str, identity_dir: str, echo_encoder: str, rtsp: bool = False) -> FastAPI:
+    """The echo or one of our servers, as `kind` says; with `rtsp`, ours serve RTSP on a free port and may pull
+    sources on 127.0.0.1 (the benchmark's own RTSP source)."""
     if kind == ECHO:
         if echo_encoder == "live":
             # The echo re-encodes with swapcast's encoder too: the difference is then the server alone.
@@ -177,7 +181,9 @@ def _app(kind: str, identity_dir: str, echo_encoder: str) -> FastAPI:
 
         settings = ServerSettings(
             identity_dir=Path(identity_dir),
-            rtsp_enabled=False,
+            rtsp_enabled=rtsp,
+            rtsp_port=0,
+            ingest_allowed_networks=["127.0.0.1/32"] if rtsp else [],
             max_sessions=16,
             pipeline=PipelineSettings(engine=kind),
             # The benchmark's own loopback server runs in local mode, whatever keys the user has made.
@@ -187,7 +193,7 @@ def _app(kind: str, identity_dir: str, echo_encoder: str) -> FastAPI:
     return app
 
 
-def _serve(kind: str, identity_dir: str, echo_encoder: str = "aiortc") -> None:
+def _serve(kind: str, identity_dir: str, echo_encoder: str = "aiortc", rtsp: bool = False) -> None:
     """Child process: one server on a free 127.0.0.1 port, printed as the first line of stdout."""
     import logging
 
@@ -197,7 +203,7 @@ def _serve(kind: str, identity_dir: str, echo_encoder: str = "aiortc") -> None:
 
     logging.basicConfig(level=logging.ERROR)
     use_host_addresses(["127.0.0.1"])
-    app = _app(kind, identity_dir, echo_encoder)
+    app = _app(kind, identity_dir, echo_encoder, rtsp)
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     print(sock.getsockname()[1], flush=True)
@@ -216,10 +222,11 @@ def _became_ready(base_url: str, alive: Callable[[], bool], within_s: float = 12
 
 
 class ServerProcess:
-    def __init__(self, kind: str, identity_dir: Path, echo_encoder: str = "aiortc") -> None:
+    def __init__(self, kind: str, identity_dir: Path, echo_encoder: str = "aiortc", rtsp: bool = False) -> None:
         self.kind = kind
+        argv = [kind, str(identity_dir), echo_encoder] + (["rtsp"] if rtsp else [])
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "app.bench.server_bench", kind, str(identity_dir), echo_encoder],
+            [sys.executable, "-m", "app.bench.server_bench", *argv],
             stdout=subprocess.PIPE,
             text=True,
         )
@@ -259,7 +266,7 @@ class ServerProcess:
 class ThreadServer:
     """The same server run by a thread of this process (`ServerBenchConfig.in_process`)."""
 
-    def __init__(self, kind: str, identity_dir: Path, echo_encoder: str = "aiortc") -> None:
+    def __init__(self, kind: str, identity_dir: Path, echo_encoder: str = "aiortc", rtsp: bool = False) -> None:
         import uvicorn
 
         from app.media.webrtc import use_host_addresses
@@ -269,7 +276,7 @@ class ThreadServer:
         self._sock = socket.socket()
         self._sock.bind(("127.0.0.1", 0))
         self.base_url = f"http://127.0.0.1:{self._sock.getsockname()[1]}"
-        app = _app(kind, str(identity_dir), echo_encoder)
+        app = _app(kind, str(identity_dir), echo_encoder, rtsp)
         self._server = uvicorn.Server(uvicorn.Config(app, log_level="error"))
         self._thread = threading.Thread(target=self._server.run, kwargs={"sockets": [self._sock]}, daemon=True)
         self._thread.start()
@@ -345,6 +352,19 @@ async def _run_cell(server: BenchServer, frames: list[Image], cell: Cell, config
     await asyncio.sleep(0.5)  # let the server finish tearing down before the next cell
 
 
+def engine_unavailable(kind: str) -> str | None:
+    """Why a server with engine `kind` cannot start here (its models are not in the store), or None."""
+    if kind != "mesh":
+        return None  # passthrough and classic need only the detector, which the store builds itself
+    from app.model_store import mesh_available, open_model_store
+    from app.settings import PipelineSettings
+
+    settings = PipelineSettings(engine="mesh")
+    if mesh_available(settings, open_model_store()):
+        return None
+    return f"the mesh engine needs its landmark model: run `swapcast models import {settings.landmark_model}`"
+
+
 def _clip(resolution: str, count: int) -> list[Image]:
     from app.media.clips import load_sample, make_motion_clip
 
@@ -393,10 +413,36 @@ def compare(cells: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
+def _rtsp_cell(
+    server: BenchServer, frames: list[Image], kind: str, resolution: str, config: ServerBenchConfig, progress: bool
+) -> dict[str, Any]:
+    cell = RtspCell(kind, resolution)
+    run_rtsp_cell(
+        server.base_url,
+        server.identity or "",
+        frames,
+        cell,
+        fps=config.fps,
+        warmup=config.warmup,
+        seconds=config.seconds,
+        cpu_seconds=server.cpu_seconds,
+    )
+    summary = cell.summary()
+    if progress:
+        lat = summary["latency_ms"]
+        print(
+            f"{kind:>11} {resolution} rtsp ingest: p50 {lat['p50']} ms, p95 {lat['p95']} ms, {summary['fps']} fps"
+            + (f" FAILED {cell.failed}" if cell.failed else ""),
+            flush=True,
+        )
+    return summary
+
+
 def run_server_bench(config: ServerBenchConfig, progress: bool = True) -> dict[str, Any]:
     servers = ([ECHO] if config.echo else []) + list(config.engines)
     clips = {r: _clip(r, config.clip_frames) for r in config.resolutions}
     cells: list[dict[str, Any]] = []
+    rtsp_cells: list[dict[str, Any]] = []
     started = time.perf_counter()
     load_before = os.getloadavg()
     if config.client_encoder == "live":
@@ -405,8 +451,19 @@ def run_server_bench(config: ServerBenchConfig, progress: bool = True) -> dict[s
         install_timed_encoders()  # this process's senders, i.e. the clients (servers run their own)
     with tempfile.TemporaryDirectory(prefix="swapcast-bench-") as tmp:
         for kind in servers:
+            reason = engine_unavailable(kind)
+            if reason is not None:
+                for resolution in config.resolutions:
+                    for sessions in config.sessions:
+                        cell = Cell(kind, resolution, sessions, failed=reason)
+                        cells.append(cell.summary())
+                    if config.rtsp_ingest:
+                        rtsp_cells.append(RtspCell(kind, resolution, failed=reason).summary())
+                if progress:
+                    print(f"{kind:>11} skipped: {reason}", flush=True)
+                continue
             server: BenchServer = (ThreadServer if config.in_process else ServerProcess)(
-                kind, Path(tmp) / kind, config.echo_encoder
+                kind, Path(tmp) / kind, config.echo_encoder, rtsp=config.rtsp_ingest and kind != ECHO
             )
             try:
                 if kind != ECHO:
@@ -425,6 +482,8 @@ def run_server_bench(config: ServerBenchConfig, progress: bool = True) -> dict[s
                                 + (f" FAILED {cell.failed}" if cell.failed else ""),
                                 flush=True,
                             )
+                    if config.rtsp_ingest and kind != ECHO:
+                        rtsp_cells.append(_rtsp_cell(server, clips[resolution], kind, resolution, config, progress))
             finally:
                 server.stop()
     face_lost: dict[str, Any] | None = None
@@ -452,6 +511,7 @@ def run_server_bench(config: ServerBenchConfig, progress: bool = True) -> dict[s
             "echo_encoder": config.echo_encoder,
             "client_encoder": config.client_encoder,
             "in_process": config.in_process,
+            "rtsp_ingest": config.rtsp_ingest,
         },
         "machine": {
             "cpus": os.cpu_count(),
@@ -463,11 +523,16 @@ def run_server_bench(config: ServerBenchConfig, progress: bool = True) -> dict[s
         },
         "cells": cells,
         "compared_to_echo": compare(cells),
+        # One stream per our server and resolution: local RTSP source -> POST /v1/streams -> the stream's RTSP
+        # output, timed from source frame to decoded output frame; and against the one-session cell beside it.
+        "rtsp_ingest": rtsp_cells,
+        "rtsp_ingest_vs_session": compare_to_sessions(cells, rtsp_cells),
         # Frames where the real face shows unswapped, per SWAPCAST_ON_FACE_LOST policy (app.bench.face_lost).
         "face_lost": face_lost,
         "seconds": round(time.perf_counter() - started, 1),
     }
 
 
-if __name__ == "__main__":  # a benchmark server: python -m app.bench.server_bench KIND IDENTITY_DIR [ECHO_ENCODER]
-    _serve(sys.argv[1], sys.argv[2], sys.argv[3] if len(sys.argv) > 3 else "aiortc")
+# A benchmark server: python -m app.bench.server_bench KIND IDENTITY_DIR [ECHO_ENCODER [rtsp]]
+if __name__ == "__main__":
+    _serve(sys.argv[1], sys.argv[2], sys.argv[3] if len(sys.argv) > 3 else "aiortc", sys.argv[4:5] == ["rtsp"])

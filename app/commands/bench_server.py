@@ -23,8 +23,8 @@ def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None
     p.add_argument(
         "--engines",
         type=names_from(SWAP_ENGINES, "engine"),
-        default=("passthrough", "classic"),
-        help="comma list of swap engines",
+        default=("passthrough", "classic", "mesh"),
+        help="comma list of swap engines (default passthrough,classic,mesh; mesh is the one users get)",
     )
     p.add_argument("--no-echo", action="store_true", help="skip the bare aiortc echo server")
     p.add_argument(
@@ -48,6 +48,11 @@ def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None
         default="live",
         help="how the clients encode: real time as a browser does (default), or aiortc's libx264 medium",
     )
+    p.add_argument(
+        "--no-rtsp-ingest",
+        action="store_true",
+        help="skip the RTSP-ingest cell (a stream from a local RTSP source, per engine and resolution)",
+    )
     p.add_argument("--in-process", action="store_true", help="run the servers in this process's threads, not their own")
     p.add_argument("--output", type=Path, default=None, help="also write the JSON here")
     p.set_defaults(func=run)
@@ -70,6 +75,7 @@ def run(args: argparse.Namespace) -> int:
         echo_encoder=args.echo_encoder,
         client_encoder=args.client_encoder,
         in_process=args.in_process,
+        rtsp_ingest=not args.no_rtsp_ingest,
     )
     result = run_server_bench(config, progress=sys.stderr.isatty())
     text = json.dumps(result, indent=2)

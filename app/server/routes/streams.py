@@ -102,3 +102,11 @@ async def restart_stream(
     stream = owned_stream(streams, stream_id, principal, access)
     checked = await _checked(state, stream.requested_url)
     return (await streams.restart(stream_id, checked.connect_url)).stats()
+
+
+@router.delete("/{stream_id}", status_code=204)
+async def delete_stream(
+    stream_id: StreamId, principal: StreamsUser, streams: StreamsDep, access: AccessDep, revocation: RevocationDep
+) -> Response:
+    await revocation.close_stream(owned_stream(streams, stream_id, principal, access), "deleted")
+    return Response(status_code=204)

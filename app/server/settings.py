@@ -40,6 +40,8 @@ class ServerSettings(BaseSettings):
     # What one principal may hold of the above; None = only the global limits (one local owner holds all).
     max_sessions_per_principal: int | None = Field(None, ge=1)
     max_streams_per_principal: int | None = Field(None, ge=1)
+    # WHEP viewers of one session or stream: each has its own connection and send queue on the one encode.
+    max_viewers_per_output: int = Field(8, ge=1)
     retry_after_s: int = Field(5, ge=1)
 
     identity_dir: Path = Field(default_factory=default_identity_dir)
@@ -60,6 +62,8 @@ class ServerSettings(BaseSettings):
     rate_streams: str = "10/minute"
     # Minted credentials: viewer tokens and TURN logins.
     rate_credentials: str = "30/minute"
+    # WHEP viewers opened, per principal and per client address.
+    rate_viewers: str = "60/minute"
     # Per client address, before authentication (app/server/address_limit.py): POST requests to the API, and
     # failed authentications, beyond which the address gets 429 on every API request until the window moves.
     rate_per_address: str = "120/minute"
@@ -147,7 +151,13 @@ class ServerSettings(BaseSettings):
         return value
 
     @field_validator(
-        "rate_uploads", "rate_sessions", "rate_streams", "rate_credentials", "rate_per_address", "rate_auth_failures"
+        "rate_uploads",
+        "rate_sessions",
+        "rate_streams",
+        "rate_credentials",
+        "rate_viewers",
+        "rate_per_address",
+        "rate_auth_failures",
     )
     @classmethod
     def _rate(cls, value: str) -> str:

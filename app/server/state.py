@@ -20,7 +20,8 @@ from app.identity.quota import IdentityQuota, UsageOf
 from app.identity.store import IdentityNotFound, IdentityStore, IdentityUnreadable, is_identity_id
 from app.identity.validate import PreparedSpec
 from app.media.ice_bounds import IceBounds
-from app.media.webrtc import SessionConfig, use_host_addresses
+from app.media.peer import PeerConfig, use_host_addresses
+from app.media.webrtc import SessionConfig
 from app.model_store import open_model_store
 from app.observability import Metrics
 from app.pipeline.identity_map import FaceEmbedder
@@ -72,6 +73,24 @@ def warm_up(pipeline: FramePipeline) -> None:
         tracker.reset()
 
 
+def advertised(settings: ServerSettings) -> str | None:
+    return str(settings.advertised_address) if settings.advertised_address is not None else None
+
+
+def peer_config(settings: ServerSettings) -> PeerConfig:
+    """Every peer's ICE servers, candidate cap, ICE bounds and deadline, and advertised address: sessions' and
+    WHEP viewers' alike."""
+    return PeerConfig(
+        ice_servers=tuple(settings.ice_servers),
+        max_remote_candidates=settings.max_remote_candidates,
+        ice_bounds=IceBounds(
+            checks_per_s=settings.ice_checks_per_s, max_peer_reflexive=settings.max_peer_reflexive_candidates
+        ),
+        ice_timeout_s=settings.ice_timeout_s,
+        advertised_address=advertised(settings),
+    )
+
+
 class NotReady(Exception):
     pass
 
@@ -115,6 +134,7 @@ class ServerState:
                 sessions=settings.rate_sessions,
                 streams=settings.rate_streams,
                 credentials=settings.rate_credentials,
+                viewers=settings.rate_viewers,
             )
         )
         self.provenance = Provenance(settings.provenance)
@@ -144,7 +164,8 @@ class ServerState:
         self.damaged: dict[str, str] = {}
         self.sessions: SessionManager | None = None
         self.streams: StreamManager | None = None
-        self.viewers = Viewers(tuple(settings.ice_servers))
+        self.peer_config = peer_config(settings)
+        self.viewers = Viewers(self.peer_config, settings.max_viewers_per_output)
         self.ready = False
         self.not_ready_reason: str = "starting"
         self._load_task: asyncio.Task[None] | None = None
@@ -186,7 +207,7 @@ class ServerState:
             return
         self.pipeline = pipeline
         await self._audit_store()
-        s = self.settings
+        s, peer = self.settings, self.peer_config
         self.sessions = SessionManager(
             pipeline=pipeline,
             executor=self.executor,
@@ -194,15 +215,14 @@ class ServerState:
             config=SessionConfig(
                 max_sessions=s.max_sessions,
                 codecs=tuple(s.video_codecs),
-                ice_servers=tuple(s.ice_servers),
+                ice_servers=peer.ice_servers,
                 connect_timeout_s=s.connect_timeout_s,
                 media_timeout_s=s.media_timeout_s,
-                ice_timeout_s=s.ice_timeout_s,
-                max_remote_candidates=s.max_remote_candidates,
-                ice_bounds=IceBounds(
-                    checks_per_s=s.ice_checks_per_s, max_peer_reflexive=s.max_peer_reflexive_candidates
-                ),
+                ice_timeout_s=peer.ice_timeout_s,
+                max_remote_candidates=peer.max_remote_candidates,
+                ice_bounds=peer.ice_bounds,
                 encoder=s.encoder,
+                advertised_address=peer.advertised_address,
             ),
             max_per_owner=s.max_sessions_per_principal,
             publisher_factory=self.rtsp.publish if self.rtsp.available else None,

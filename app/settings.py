@@ -103,7 +103,8 @@ def _default_bitrates() -> dict[int, tuple[int, int]]:
 
 
 class EncoderSettings(BaseSettings):
-    """H.264 encoding of live output (WebRTC sessions and WHEP viewers; app.media.encoder), SWAPCAST_ENCODER_*.
+    """H.264 encoding of live output (WebRTC sessions, WHEP viewers and RTSP; app.media.encoder's
+    `EncoderPolicy`), SWAPCAST_ENCODER_*.
     Defaults come from `swapcast bench-encoder` and `swapcast bench-server` on 2 cores (see README)."""
 
     model_config = SettingsConfigDict(env_prefix="SWAPCAST_ENCODER_", extra="ignore")
@@ -111,6 +112,9 @@ class EncoderSettings(BaseSettings):
     # auto: NVENC where FFmpeg can open it (an NVIDIA GPU with its driver), else libx264.
     backend: EncoderBackend = "auto"
     x264_preset: X264Preset = "superfast"
+    # The shared encodes (WHEP viewers, RTSP output): one encode feeds many clients and runs beside every
+    # session's own on 2 cores; ultrafast keeps it in real time there (tests/server/test_whep.py's latency).
+    shared_x264_preset: X264Preset = "ultrafast"
     x264_tune: Literal["zerolatency"] | None = "zerolatency"  # no frame look-ahead, no B-frames: no added delay
     nvenc_preset: Literal["p1", "p2", "p3", "p4", "p5", "p6", "p7"] = "p2"
     keyframe_interval_s: float = Field(2.0, gt=0.0, le=60.0)

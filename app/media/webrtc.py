@@ -31,8 +31,7 @@ from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
 
 from app.media import yuv
 from app.media.audio_sync import MAX_DELAY_S, DelayedAudioTrack
-from app.media.encoder import configure_encoders
-from app.media.hops import HopRecorder, install_timed_encoders
+from app.media.hops import HopRecorder
 from app.media.ice_bounds import BoundedIce, IceBounds
 from app.media.mailbox import Mailbox
 from app.media.peer import (
@@ -50,7 +49,6 @@ from app.pipeline.timing import StageTimer
 from app.pipeline.types import Image
 from app.provenance.service import FrameMarker
 from app.runtime.batcher import BatcherError
-from app.settings import EncoderSettings
 
 log = logging.getLogger(__name__)
 
@@ -77,7 +75,6 @@ class SessionConfig:
     max_remote_candidates: int = MAX_REMOTE_CANDIDATES
     # Outgoing STUN requests per second and peer-reflexive candidates per session (app/media/ice_bounds.py).
     ice_bounds: IceBounds = field(default_factory=IceBounds)
-    encoder: EncoderSettings = field(default_factory=EncoderSettings)
     advertised_address: str | None = None
 
     @property
@@ -179,8 +176,6 @@ class Session:
         self.closed = asyncio.Event()
         self.counters = SessionCounters()
         self.hops = HopRecorder(metrics.hop_seconds, KIND)
-        configure_encoders(config.encoder)
-        install_timed_encoders()
         self.marker: FrameMarker | None = None  # watermark and label of every output frame
         self._pipeline = pipeline
         self._live = pipeline.new_live_stream()

@@ -1,14 +1,14 @@
 """WHEP viewers: any number of WebRTC viewers pull one swapped output, encoded once.
 
 A `ViewerHub` belongs to one output (a session or a stream). Frames are offered from any thread; only the
-newest waits (a `Mailbox`), and one encoder thread turns it into H.264 with libx264 (ultrafast,
-zerolatency, baseline, no B-frames) only while someone watches. Each encoded frame goes to every viewer's
-`EncodedVideoTrack` as an `av.Packet`, which aiortc's sender packetizes without encoding again
-(`RTCRtpSender` hands packets to the codec's `pack`): one encode however many viewers, instead of one
-aiortc encoder per viewer.
+newest waits (a `Mailbox`), and one encoder thread turns it into H.264 (the encoder policy's shared encode:
+NVENC or libx264 ultrafast, baseline, no B-frames; app.media.encoder) only while someone watches. Each encoded
+frame goes to every viewer's `EncodedVideoTrack` as an `av.Packet`, which aiortc's sender packetizes without
+encoding again (`RTCRtpSender` hands packets to the codec's `pack`): one encode however many viewers, instead
+of one aiortc encoder per viewer.
 
 A viewer that falls behind (its queue is full) drops what it holds and waits for the next keyframe, which
-it asks for; a new viewer asks for one too, and there is one at least every `KEYFRAME_INTERVAL_S` so
+it asks for; a new viewer asks for one too, and there is one at least every keyframe interval so
 packet loss heals without a PLI (aiortc does not pass PLIs on for packets it did not encode).
 
 A viewer's connection is a peer like a session's (`app.media.peer`): its offer is checked and its candidates
@@ -30,6 +30,7 @@ import av
 import numpy as np
 from av.video.codeccontext import VideoCodecContext
 
+from app.media.encoder import EncoderPolicy
 from app.media.ice_bounds import BoundedIce
 from app.media.mailbox import Mailbox
 from app.media.packet_track import PacketTrack
@@ -45,21 +46,16 @@ from app.media.peer import (
 )
 from app.media.whep_audio import EncodedAudioTrack, SharedOpusEncoder
 from app.pipeline.types import Image
+from app.settings import EncoderSettings
 
 log = logging.getLogger(__name__)
 
 VIDEO_TIME_BASE = Fraction(1, 90000)
-KEYFRAME_INTERVAL_S = 2.0
 # Encoded frames a viewer may hold before it counts as behind (~0.25 s at 30 fps).
 VIEWER_QUEUE_FRAMES = 8
 PC_CLOSE_TIMEOUT_S = 5.0
 # A viewer whose connection is not up by then is let go (it answered but never connected).
 CONNECT_TIMEOUT_S = 20.0
-
-
-def bitrate_bps(width: int, height: int) -> int:
-    """About 0.1 bit per pixel at 30 fps, as the RTSP output (~0.9 Mbit/s at 640x480)."""
-    return max(300_000, round(width * height * 30 * 0.1))
 
 
 class EncodedVideoTrack(PacketTrack):
@@ -167,8 +163,15 @@ class Viewer:
 class ViewerHub:
     """The viewers of one output and the one encoder they share. `offer` is thread-safe and cheap."""
 
-    def __init__(self, name: str, loop: asyncio.AbstractEventLoop, peer: PeerConfig | None = None) -> None:
+    def __init__(
+        self,
+        name: str,
+        loop: asyncio.AbstractEventLoop,
+        peer: PeerConfig | None = None,
+        encoder: EncoderPolicy | None = None,
+    ) -> None:
         self.name = name
+        self._encoder = encoder or EncoderPolicy(EncoderSettings())
         self.frames_encoded = 0
         self.errors = 0
         self._loop = loop
@@ -265,11 +268,11 @@ class ViewerHub:
                 height, width = image.shape[:2]
                 even = (width - width % 2, height - height % 2)
                 if codec is None or size != even:
-                    codec, size = self._open_codec(*even), even
+                    codec, size = self._encoder.open_shared(*even, VIDEO_TIME_BASE), even
                     keyframe = True
                 frame = av.VideoFrame.from_ndarray(np.ascontiguousarray(image[: size[1], : size[0]]), format="bgr24")
                 now = time.monotonic()
-                keyframe = keyframe or now - last_keyframe >= KEYFRAME_INTERVAL_S
+                keyframe = keyframe or now - last_keyframe >= self._encoder.keyframe_interval_s
                 frame.pict_type = av.video.frame.PictureType.I if keyframe else av.video.frame.PictureType.NONE
                 frame.pts = int((now - started) / VIDEO_TIME_BASE)
                 frame.time_base = VIDEO_TIME_BASE
@@ -285,19 +288,6 @@ class ViewerHub:
                 if self.errors == 1:
                     log.exception("viewers of %s: encoding failed (counted from now on)", self.name)
                 codec = None
-
-    @staticmethod
-    def _open_codec(width: int, height: int) -> VideoCodecContext:
-        codec = av.CodecContext.create("libx264", "w")
-        assert isinstance(codec, VideoCodecContext)
-        codec.width, codec.height = width, height
-        codec.pix_fmt = "yuv420p"
-        codec.time_base = VIDEO_TIME_BASE
-        codec.framerate = Fraction(30, 1)
-        codec.bit_rate = bitrate_bps(width, height)
-        codec.options = {"preset": "ultrafast", "tune": "zerolatency", "profile": "baseline"}
-        codec.open()
-        return codec
 
     def _deliver(self, packet: av.Packet, keyframe: bool) -> None:
         for viewer in list(self._viewers.values()):

@@ -19,6 +19,7 @@ from app.identity.images import decode_slots
 from app.identity.quota import IdentityQuota, UsageOf
 from app.identity.store import IdentityNotFound, IdentityStore, IdentityUnreadable, is_identity_id
 from app.identity.validate import PreparedSpec
+from app.media.encoder import EncoderPolicy
 from app.media.ice_bounds import IceBounds
 from app.media.peer import PeerConfig, use_host_addresses
 from app.media.webrtc import SessionConfig
@@ -138,6 +139,8 @@ class ServerState:
             )
         )
         self.provenance = Provenance(settings.provenance)
+        # Every H.264 encode: sessions' (through aiortc), WHEP viewers' and the RTSP output's.
+        self.encoder = EncoderPolicy(settings.encoder)
         self.rtsp = RtspOutput(
             enabled=settings.rtsp_enabled,
             port=settings.rtsp_port,
@@ -148,6 +151,7 @@ class ServerState:
             on_auth_failure=FailureDelay(
                 settings.access.auth_failure_delay_s, settings.access.auth_failure_delay_max_s
             ).record,
+            encoder=self.encoder,
         )
         self.cache: IdentityCache[PreparedSource] = IdentityCache(
             self._load_identity, max_items=settings.identity_cache_items, registry=self.metrics.registry
@@ -165,7 +169,7 @@ class ServerState:
         self.sessions: SessionManager | None = None
         self.streams: StreamManager | None = None
         self.peer_config = peer_config(settings)
-        self.viewers = Viewers(self.peer_config, settings.max_viewers_per_output)
+        self.viewers = Viewers(self.peer_config, settings.max_viewers_per_output, self.encoder)
         self.ready = False
         self.not_ready_reason: str = "starting"
         self._load_task: asyncio.Task[None] | None = None
@@ -178,6 +182,7 @@ class ServerState:
         addresses = media_host_addresses(self.settings)
         if addresses is not None:
             use_host_addresses(addresses)
+        self.encoder.install()
         await loop.run_in_executor(self.control_executor, self.store.open)
         await self._audit_store()
         await loop.run_in_executor(self.control_executor, self.rtsp.start)
@@ -221,7 +226,6 @@ class ServerState:
                 ice_timeout_s=peer.ice_timeout_s,
                 max_remote_candidates=peer.max_remote_candidates,
                 ice_bounds=peer.ice_bounds,
-                encoder=s.encoder,
                 advertised_address=peer.advertised_address,
             ),
             max_per_owner=s.max_sessions_per_principal,

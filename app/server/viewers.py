@@ -9,6 +9,7 @@ from collections.abc import Callable
 
 import av
 
+from app.media.encoder import EncoderPolicy
 from app.media.peer import PeerConfig
 from app.media.whep import Viewer, ViewerHub
 from app.pipeline.types import Image
@@ -30,8 +31,11 @@ class ViewerTokenNotFound(LookupError):
 class Viewers:
     """Hubs by output key (`session/ID`, `stream/ID`)."""
 
-    def __init__(self, peer: PeerConfig | None = None, max_per_output: int = 8) -> None:
+    def __init__(
+        self, peer: PeerConfig | None = None, max_per_output: int = 8, encoder: EncoderPolicy | None = None
+    ) -> None:
         self._peer = peer or PeerConfig()
+        self._encoder = encoder
         self._max_per_output = max_per_output
         self._joining: Counter[str] = Counter()  # viewers being negotiated, by output key
         self._hubs: dict[str, ViewerHub] = {}
@@ -56,7 +60,7 @@ class Viewers:
             raise AdmissionError(f"{key} has {held} viewers, the most one output may have")
         if hub is None:
             loop = asyncio.get_running_loop()
-            hub = self._hubs[key] = ViewerHub(key, loop, self._peer)
+            hub = self._hubs[key] = ViewerHub(key, loop, self._peer, self._encoder)
             listeners.append(hub.offer)
             if audio_listeners is not None:
                 audio_listeners.append(hub.offer_audio)

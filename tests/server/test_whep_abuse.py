@@ -66,6 +66,8 @@ def test_viewer_offers_are_checked_capped_per_output_and_rate_limited(
         assert limited.status_code == 429 and "viewers" in limited.json()["detail"]
         assert int(limited.headers["Retry-After"]) >= 1
         assert len(httpx.get(whep).json()["viewers"]) == 2
+        limits = httpx.get(f"{base}/v1/server").json()["limits"]
+        assert limits["max_viewers_per_output"] == 2 and limits["rates"]["viewers"] == "5/minute"
 
 
 @pytest.mark.slow

@@ -175,9 +175,9 @@ def _default_bitrates() -> dict[int, tuple[int, int]]:
 
 
 class EncoderSettings(BaseSettings):
-    """H.264 encoding of live output (WebRTC sessions and WHEP viewers; app.media.encoder), SWAPCAST_ENCODER_*.
-    Defaults come from `swapcast bench-encoder` and `swapcast bench-server` on 2 cores
-    (docs/operations/benchmarks.md)."""
+    """H.264 encoding of live output (WebRTC sessions, WHEP viewers and RTSP; app.media.encoder's
+    `EncoderPolicy`), SWAPCAST_ENCODER_*. Defaults come from `swapcast bench-encoder` and `swapcast bench-server`
+    on 2 cores (docs/operations/benchmarks.md)."""
 
     model_config = SettingsConfigDict(env_prefix="SWAPCAST_ENCODER_", extra="ignore")
 
@@ -185,7 +185,12 @@ class EncoderSettings(BaseSettings):
     backend: EncoderBackend = Field(
         "auto", description=("Live H.264 encoder: auto (NVENC where FFmpeg can open it, else libx264), nvenc or x264.")
     )
-    x264_preset: X264Preset = Field("superfast", description="libx264 preset.")
+    x264_preset: X264Preset = Field("superfast", description="libx264 preset of each session's own encode.")
+    # The shared encodes (WHEP viewers, RTSP output): one encode feeds many clients and runs beside every
+    # session's own on 2 cores; ultrafast keeps it in real time there (tests/server/test_whep.py's latency).
+    shared_x264_preset: X264Preset = Field(
+        "ultrafast", description="libx264 preset of the shared encodes (WHEP viewers, RTSP output)."
+    )
     x264_tune: Literal["zerolatency"] | None = Field(
         "zerolatency", description="libx264 tune; zerolatency adds no look-ahead or B-frames."
     )

@@ -199,7 +199,7 @@ def _serve(kind: str, identity_dir: str, echo_encoder: str = "aiortc", rtsp: boo
 
     import uvicorn
 
-    from app.media.webrtc import use_host_addresses
+    from app.media.peer import use_host_addresses
 
     logging.basicConfig(level=logging.ERROR)
     use_host_addresses(["127.0.0.1"])
@@ -269,7 +269,7 @@ class ThreadServer:
     def __init__(self, kind: str, identity_dir: Path, echo_encoder: str = "aiortc", rtsp: bool = False) -> None:
         import uvicorn
 
-        from app.media.webrtc import use_host_addresses
+        from app.media.peer import use_host_addresses
 
         self.kind = kind
         use_host_addresses(["127.0.0.1"])

@@ -1,5 +1,10 @@
-"""swapcast's own H.264 encoder for aiortc: live-use x264 settings, a bitrate band per resolution, a fixed
-keyframe interval, and NVENC where FFmpeg can open it, with libx264 as the fallback.
+"""swapcast's H.264 encoding policy, one for every live encode: live-use x264 settings, a bitrate band per
+resolution, a fixed keyframe interval, and NVENC where FFmpeg can open it, with libx264 as the fallback.
+
+`EncoderPolicy` opens the PyAV codecs of the WebRTC return path (through aiortc, below) and of the WHEP hub's
+shared encode, and gives the same settings as GStreamer x264enc properties for the RTSP output. The shared
+encodes (WHEP, RTSP) have no receiver estimate: they run at a fixed rate inside the band, with their own
+preset (`shared_x264_preset`).
 
 aiortc's encoder runs libx264 with its default preset (`medium`) and clamps every stream to 0.5-3 Mbit/s;
 this one keeps aiortc's packetisation (the subclass only replaces how the codec is opened and fed) and takes
@@ -25,6 +30,7 @@ from aiortc.codecs import get_encoder as aiortc_encoder
 from aiortc.codecs.h264 import H264Encoder
 from av.video.codeccontext import VideoCodecContext
 
+from app.media.hops import install_timed_encoders
 from app.settings import EncoderSettings
 
 log = logging.getLogger(__name__)
@@ -58,19 +64,26 @@ class EncoderOpenError(Exception):
 
 
 def open_codec(
-    name: str, width: int, height: int, bitrate: int, band: BitrateBand, settings: EncoderSettings
+    name: str,
+    width: int,
+    height: int,
+    bitrate: int,
+    band: BitrateBand,
+    settings: EncoderSettings,
+    time_base: fractions.Fraction = fractions.Fraction(1, FRAME_RATE),
 ) -> VideoCodecContext:
     """An opened H.264 encoder context; raises what FFmpeg raises when the encoder cannot be opened.
 
     The average rate (`bitrate`) follows the receiver later; the peak rate is the band's maximum, with half
-    a second of buffer (a keyframe may exceed a frame's share, a second of them may not)."""
+    a second of buffer (a keyframe may exceed a frame's share, a second of them may not). `time_base` is the
+    frames' own (aiortc's counts frames; WHEP's is the RTP clock)."""
     codec = av.CodecContext.create(name, "w")
     assert isinstance(codec, VideoCodecContext)
     codec.width = width
     codec.height = height
     codec.pix_fmt = "yuv420p"
     codec.framerate = fractions.Fraction(FRAME_RATE, 1)
-    codec.time_base = fractions.Fraction(1, FRAME_RATE)
+    codec.time_base = time_base
     codec.bit_rate = bitrate
     codec.gop_size = max(1, round(settings.keyframe_interval_s * FRAME_RATE))
     codec.max_b_frames = 0  # every frame is sent as soon as it is encoded
@@ -102,7 +115,12 @@ _nvenc_failed: str | None = None  # why NVENC did not open in this process (auto
 
 
 def _open_best(
-    width: int, height: int, bitrate: int, band: BitrateBand, settings: EncoderSettings
+    width: int,
+    height: int,
+    bitrate: int,
+    band: BitrateBand,
+    settings: EncoderSettings,
+    time_base: fractions.Fraction = fractions.Fraction(1, FRAME_RATE),
 ) -> VideoCodecContext:
     global _nvenc_failed
     if settings.backend in ("auto", "nvenc"):
@@ -110,7 +128,7 @@ def _open_best(
             failed = _nvenc_failed if settings.backend == "auto" else None
         if failed is None:
             try:
-                return open_codec(NVENC, width, height, bitrate, band, settings)
+                return open_codec(NVENC, width, height, bitrate, band, settings, time_base)
             except Exception as exc:  # no GPU, no driver, or no free NVENC session: libx264 takes over
                 with _nvenc_lock:
                     first = _nvenc_failed is None
@@ -119,7 +137,7 @@ def _open_best(
                     log.warning("NVENC is not available (%s); encoding with libx264", _nvenc_failed)
                 elif first:
                     log.info("NVENC is not available (%s); encoding with libx264", _nvenc_failed)
-    return open_codec(X264, width, height, bitrate, band, settings)
+    return open_codec(X264, width, height, bitrate, band, settings, time_base)
 
 
 def nvenc_failure() -> str | None:
@@ -191,3 +209,41 @@ def create_encoder(codec: Any) -> Any:
             settings = _settings
         return LiveH264Encoder(settings)
     return aiortc_encoder(codec)
+
+
+def shared_bitrate_bps(width: int, height: int, fps: int, settings: EncoderSettings) -> int:
+    """A shared encode's fixed rate: about 0.1 bit per pixel (~0.9 Mbit/s at 640x480@30, ~2.8 at 720p30, ~6.2 at
+    1080p30), inside the frame's band."""
+    return bitrate_band(width, height, settings).clamp(round(width * height * fps * 0.1))
+
+
+@dataclass(frozen=True)
+class EncoderPolicy:
+    """Every H.264 encode of the server, from one `EncoderSettings`."""
+
+    settings: EncoderSettings
+
+    @property
+    def keyframe_interval_s(self) -> float:
+        return self.settings.keyframe_interval_s
+
+    def install(self) -> None:
+        """aiortc's senders in this process encode with these settings (once, at server start-up)."""
+        configure_encoders(self.settings)
+        install_timed_encoders()
+
+    def open_shared(self, width: int, height: int, time_base: fractions.Fraction) -> VideoCodecContext:
+        """The WHEP hub's encode: NVENC or libx264 with the shared preset, at the shared fixed rate."""
+        shared = self.settings.model_copy(update={"x264_preset": self.settings.shared_x264_preset})
+        band = bitrate_band(width, height, self.settings)
+        return _open_best(width, height, shared_bitrate_bps(width, height, FRAME_RATE, shared), band, shared, time_base)
+
+    def x264enc_properties(self, width: int, height: int, fps: int, bitrate_kbps: int | None = None) -> str:
+        """The same choices as GStreamer x264enc properties (RTSP output): preset, tune, rate, keyframe interval."""
+        kbps = bitrate_kbps if bitrate_kbps is not None else self.shared_bitrate_kbps(width, height, fps)
+        tune = f"tune={self.settings.x264_tune} " if self.settings.x264_tune else ""
+        key_int = max(1, round(self.settings.keyframe_interval_s * fps))
+        return f"{tune}speed-preset={self.settings.shared_x264_preset} bitrate={kbps} key-int-max={key_int}"
+
+    def shared_bitrate_kbps(self, width: int, height: int, fps: int) -> int:
+        return round(shared_bitrate_bps(width, height, fps, self.settings) / 1000)

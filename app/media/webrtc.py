@@ -16,9 +16,8 @@ import contextlib
 import functools
 import logging
 import secrets
-import socket
 import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -26,15 +25,7 @@ from typing import Any
 
 import av
 import numpy as np
-from aiortc import (
-    RTCConfiguration,
-    RTCIceServer,
-    RTCPeerConnection,
-    RTCRtpCodecCapability,
-    RTCRtpSender,
-    RTCSessionDescription,
-    sdp,
-)
+from aiortc import RTCConfiguration, RTCIceServer, RTCPeerConnection
 from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
 
 from app.live.adapter import AudioListener, LiveOutput
@@ -42,17 +33,22 @@ from app.live.core import LiveCore
 from app.live.counters import LiveCounters
 from app.media import yuv
 from app.media.audio_sync import MAX_DELAY_S, DelayedAudioTrack
-from app.media.encoder import configure_encoders
-from app.media.hops import install_timed_encoders
-from app.media.ice_bounds import BoundedIce, IceBounds, ice_connections
+from app.media.ice_bounds import BoundedIce, IceBounds
 from app.media.mailbox import Mailbox
+from app.media.peer import (
+    MAX_REMOTE_CANDIDATES,
+    PeerConfig,
+    answer_offer,
+    check_offer,
+    codec_preferences,
+    negotiated_codec,
+)
 from app.observability import Metrics
 from app.pipeline.identity_map import FaceSources
 from app.pipeline.pipeline import FramePipeline
 from app.pipeline.timing import StageTimer
 from app.pipeline.types import Image
 from app.runtime.batcher import BatcherError
-from app.settings import EncoderSettings
 
 log = logging.getLogger(__name__)
 
@@ -60,18 +56,9 @@ KIND = "session"
 PC_CLOSE_TIMEOUT_S = 5.0
 
 
-class OfferError(Exception):
-    """The SDP offer cannot be used; the message says why (answered with 400)."""
-
-
 # (path, width, height, audio=bool) -> a publisher with non-blocking push(image), push_audio(frame) and close()
 PublisherFactory = Callable[..., Any]
 
-
-# Remote candidates an offer may list: aioice checks every pair, so 300 of them made the server send 1,722 STUN
-# packets to 300 ports of the client's choosing in 20 s. A browser lists a handful per network interface.
-MAX_REMOTE_CANDIDATES = 16
-RECEIVING_DIRECTIONS = ("sendrecv", "sendonly")
 WATCHDOG_PERIOD_S = 0.25
 
 
@@ -88,107 +75,17 @@ class SessionConfig:
     max_remote_candidates: int = MAX_REMOTE_CANDIDATES
     # Outgoing STUN requests per second and peer-reflexive candidates per session (app/media/ice_bounds.py).
     ice_bounds: IceBounds = field(default_factory=IceBounds)
-    encoder: EncoderSettings = field(default_factory=EncoderSettings)
+    advertised_address: str | None = None
 
-
-def bindable_host_addresses() -> list[str]:
-    """The host addresses aioice would gather from that a UDP socket can bind to."""
-    import aioice.ice
-
-    usable = []
-    for address in aioice.ice.get_host_addresses(use_ipv4=True, use_ipv6=True):
-        family = socket.AF_INET6 if ":" in address else socket.AF_INET
-        with socket.socket(family, socket.SOCK_DGRAM) as probe:
-            try:
-                probe.bind((address, 0))
-            except OSError:
-                continue
-        usable.append(address)
-    return usable
-
-
-def use_host_addresses(addresses: Iterable[str]) -> None:
-    """Offer only these local addresses as ICE host candidates, process-wide.
-
-    aioice never offers 127.0.0.1; tests and benchmarks that must stay on loopback call this with
-    ["127.0.0.1"]."""
-    import aioice.ice
-
-    fixed = list(addresses)
-
-    def host_addresses(use_ipv4: bool, use_ipv6: bool) -> list[str]:
-        return [a for a in fixed if (":" in a and use_ipv6) or (":" not in a and use_ipv4)]
-
-    aioice.ice.get_host_addresses = host_addresses
-
-
-def codec_preferences(names: Iterable[str]) -> list[RTCRtpCodecCapability]:
-    """aiortc's video codec capabilities for these codec names, in this order, plus retransmission."""
-    capabilities = RTCRtpSender.getCapabilities("video").codecs
-    ordered: list[RTCRtpCodecCapability] = []
-    for name in names:
-        mime = f"video/{name}".lower()
-        ordered.extend(c for c in capabilities if c.mimeType.lower() == mime)
-    ordered.extend(c for c in capabilities if c.mimeType.lower() == "video/rtx")
-    return ordered
-
-
-class MediaUnavailable(Exception):
-    """The server has no address to receive media on (answered with 503: nothing the client can fix)."""
-
-
-def check_offer(text: str, max_candidates: int = MAX_REMOTE_CANDIDATES) -> None:
-    """Refuse what aiortc would choke on later or what this server cannot serve, with a reason."""
-    if not text.startswith("v=0"):
-        raise OfferError("not an SDP offer: it must start with v=0")
-    try:
-        description = sdp.SessionDescription.parse(text)
-    except Exception as exc:  # the parser raises many kinds of error on malformed lines
-        raise OfferError(f"malformed SDP: {_short(exc)}") from None
-    videos = [m for m in description.media if m.kind == "video"]
-    if not videos:
-        raise OfferError("the offer has no video")
-    if len(videos) > 1:
-        raise OfferError("the offer has more than one video track; send one camera")
-    for media in description.media:
-        if media.kind not in ("audio", "video"):
-            raise OfferError(f"media kind {media.kind!r} is not supported")
-        if media.ice is None or not media.ice.usernameFragment or not media.ice.password:
-            raise OfferError("ICE username fragment or password is missing")
-        if media.dtls is None or not media.dtls.fingerprints:
-            raise OfferError("DTLS fingerprint is missing")
-        if not media.rtcp_mux:
-            raise OfferError("RTCP mux is not enabled")
-        if media.direction is None:
-            raise OfferError(f"the {media.kind} section has no direction (sendrecv, sendonly, ...)")
-    if not videos[0].rtp.muxId:
-        raise OfferError("the video section has no a=mid")
-    if videos[0].direction not in RECEIVING_DIRECTIONS:
-        raise OfferError(f"the video section is {videos[0].direction}: send the camera (sendrecv or sendonly)")
-    candidates = sum(len(m.ice_candidates) for m in description.media)
-    if candidates > max_candidates:
-        raise OfferError(f"the offer lists {candidates} ICE candidates; at most {max_candidates} are accepted")
-    if candidates == 0:
-        # What a stock Chromium sends from a machine whose only network interface is loopback (measured): it
-        # never offers 127.0.0.1 unless started with --allow-loopback-in-peer-connection, and cannot connect.
-        raise OfferError(
-            "the offer lists no ICE candidates: the browser found no network address to use (on a machine with "
-            "only a loopback interface, start Chromium with --allow-loopback-in-peer-connection)"
+    @property
+    def peer(self) -> PeerConfig:
+        return PeerConfig(
+            ice_servers=self.ice_servers,
+            max_remote_candidates=self.max_remote_candidates,
+            ice_bounds=self.ice_bounds,
+            ice_timeout_s=self.ice_timeout_s,
+            advertised_address=self.advertised_address,
         )
-
-
-def negotiated_codec(answer: str) -> str | None:
-    """The first codec of the video section of an SDP answer (what the server will send)."""
-    in_video = False
-    first: str | None = None
-    for line in answer.splitlines():
-        if line.startswith("m="):
-            in_video = line.startswith("m=video")
-            parts = line.split()
-            first = parts[3] if in_video and len(parts) > 3 else None
-        elif in_video and first is not None and line.startswith(f"a=rtpmap:{first} "):
-            return line.split(" ", 1)[1].split("/")[0]
-    return None
 
 
 class SwappedVideoTrack(MediaStreamTrack):
@@ -247,8 +144,6 @@ class Session(LiveOutput):
         self.codec: str | None = None
         self.close_reason: str | None = None
         self.closed = self.ended = asyncio.Event()
-        configure_encoders(config.encoder)
-        install_timed_encoders()
         self._executor = executor
         self._config = config
         self._on_closed = on_closed
@@ -294,24 +189,7 @@ class Session(LiveOutput):
             self.pc.addTransceiver(self.audio, direction="sendrecv")
         self.pc.on("track", self._on_track)
         self.pc.on("connectionstatechange", self._on_connection_state)
-        try:
-            await self.pc.setRemoteDescription(RTCSessionDescription(sdp=offer, type="offer"))
-        except Exception as exc:  # aiortc raises assorted errors for offers it cannot use
-            if "send parameters" in str(exc):
-                wanted = ", ".join(self._config.codecs)
-                raise OfferError(f"no video codec in common: this server sends {wanted}") from None
-            raise OfferError(f"unusable offer: {_short(exc)}") from None
-        try:
-            await self.pc.setLocalDescription(await self.pc.createAnswer())
-        except Exception as exc:  # offers that parse but leave aiortc unable to answer
-            raise OfferError(f"cannot answer this offer: {_short(exc)}") from None
-        # Gathered, and the checks start only once this returns to the event loop: bound them now.
-        self.ice.apply(ice_connections(self.pc))
-        local = self.pc.localDescription.sdp
-        if "\na=candidate:" not in local:
-            if not bindable_host_addresses():
-                raise MediaUnavailable("the server has no usable address for media (see SWAPCAST_ICE_HOST_ADDRESSES)")
-            raise OfferError("the offer leaves no media section to answer with candidates")
+        local = await answer_offer(self.pc, self.ice, offer, self._config.peer, self._config.codecs)
         self.codec = negotiated_codec(local)
         self.state = "connecting"
         self._spawn(self._watchdog(), "watchdog")
@@ -572,8 +450,3 @@ class Session(LiveOutput):
                 publisher.close()
             except Exception:
                 log.exception("session %s: RTSP publisher did not close cleanly", self.id)
-
-
-def _short(exc: BaseException) -> str:
-    text = str(exc).strip() or type(exc).__name__
-    return text if len(text) <= 200 else text[:197] + "..."

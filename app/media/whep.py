@@ -1,15 +1,19 @@
 """WHEP viewers: any number of WebRTC viewers pull one swapped output, encoded once.
 
 A `ViewerHub` belongs to one output (a session or a stream). Frames are offered from any thread; only the
-newest waits (a `Mailbox`), and one encoder thread turns it into H.264 with libx264 (ultrafast,
-zerolatency, baseline, no B-frames) only while someone watches. Each encoded frame goes to every viewer's
-`EncodedVideoTrack` as an `av.Packet`, which aiortc's sender packetizes without encoding again
-(`RTCRtpSender` hands packets to the codec's `pack`): one encode however many viewers, instead of one
-aiortc encoder per viewer.
+newest waits (a `Mailbox`), and one encoder thread turns it into H.264 (the encoder policy's shared encode:
+NVENC or libx264 ultrafast, baseline, no B-frames; app.media.encoder) only while someone watches. Each encoded
+frame goes to every viewer's `EncodedVideoTrack` as an `av.Packet`, which aiortc's sender packetizes without
+encoding again (`RTCRtpSender` hands packets to the codec's `pack`): one encode however many viewers, instead
+of one aiortc encoder per viewer.
 
 A viewer that falls behind (its queue is full) drops what it holds and waits for the next keyframe, which
-it asks for; a new viewer asks for one too, and there is one at least every `KEYFRAME_INTERVAL_S` so
+it asks for; a new viewer asks for one too, and there is one at least every keyframe interval so
 packet loss heals without a PLI (aiortc does not pass PLIs on for packets it did not encode).
+
+A viewer's connection is a peer like a session's (`app.media.peer`): its offer is checked and its candidates
+capped, its ICE bounded, its answer advertises the server's public address, and it is let go when ICE does not
+complete within the ICE timeout.
 """
 
 from __future__ import annotations
@@ -24,32 +28,34 @@ from fractions import Fraction
 
 import av
 import numpy as np
-from aiortc import RTCConfiguration, RTCIceServer, RTCPeerConnection, RTCRtpSender, RTCSessionDescription
 from av.video.codeccontext import VideoCodecContext
 
+from app.media.encoder import EncoderPolicy
+from app.media.ice_bounds import BoundedIce
 from app.media.mailbox import Mailbox
 from app.media.packet_track import PacketTrack
+from app.media.peer import (
+    OfferError,
+    PeerConfig,
+    Role,
+    answer_offer,
+    check_offer,
+    codec_preferences,
+    ice_up,
+    peer_connection,
+)
 from app.media.whep_audio import EncodedAudioTrack, SharedOpusEncoder
 from app.pipeline.types import Image
+from app.settings import EncoderSettings
 
 log = logging.getLogger(__name__)
 
 VIDEO_TIME_BASE = Fraction(1, 90000)
-KEYFRAME_INTERVAL_S = 2.0
 # Encoded frames a viewer may hold before it counts as behind (~0.25 s at 30 fps).
 VIEWER_QUEUE_FRAMES = 8
 PC_CLOSE_TIMEOUT_S = 5.0
 # A viewer whose connection is not up by then is let go (it answered but never connected).
 CONNECT_TIMEOUT_S = 20.0
-
-
-class ViewerOfferError(Exception):
-    """The viewer's SDP offer cannot be served; the message says why (answered with 400)."""
-
-
-def bitrate_bps(width: int, height: int) -> int:
-    """About 0.1 bit per pixel at 30 fps, as the RTSP output (~0.9 Mbit/s at 640x480)."""
-    return max(300_000, round(width * height * 30 * 0.1))
 
 
 class EncodedVideoTrack(PacketTrack):
@@ -84,45 +90,46 @@ class EncodedVideoTrack(PacketTrack):
 class Viewer:
     """One WHEP viewer: its peer connection and its track."""
 
-    def __init__(self, hub: ViewerHub, ice_servers: tuple[str, ...]) -> None:
+    def __init__(self, hub: ViewerHub, peer: PeerConfig) -> None:
         self.id = secrets.token_hex(16)
         self.hub = hub
         self.track = EncodedVideoTrack(hub.request_keyframe)
         self.audio: EncodedAudioTrack | None = None  # when the offer takes audio
-        self.pc = RTCPeerConnection(RTCConfiguration(iceServers=[RTCIceServer(url) for url in ice_servers]))
+        self.peer = peer
+        self.pc = peer_connection(peer.ice_servers)
+        self.ice = BoundedIce(peer.ice_bounds)
         self.created = time.monotonic()
         self._closing: asyncio.Task[None] | None = None
 
     async def negotiate(self, offer: str) -> str:
+        check_offer(offer, self.peer.max_remote_candidates, Role.VIEWER)
         transceiver = self.pc.addTransceiver(self.track, direction="sendonly")
-        h264 = [c for c in RTCRtpSender.getCapabilities("video").codecs if c.mimeType.lower() == "video/h264"]
-        transceiver.setCodecPreferences(h264)  # the shared encode is H.264; before the offer, so it counts
+        # The shared encodes are H.264 and Opus; set before the offer is applied, so they count.
+        transceiver.setCodecPreferences(codec_preferences(["H264"]))
         if "\nm=audio " in offer:
             self.audio = EncodedAudioTrack()
             audio = self.pc.addTransceiver(self.audio, direction="sendonly")
-            opus = [c for c in RTCRtpSender.getCapabilities("audio").codecs if c.mimeType.lower() == "audio/opus"]
-            audio.setCodecPreferences(opus)  # the shared audio encode is Opus
-        try:
-            await self.pc.setRemoteDescription(RTCSessionDescription(sdp=offer, type="offer"))
-        except Exception as exc:  # aiortc raises assorted errors for offers it cannot use
-            raise ViewerOfferError(f"unusable offer: {exc}") from None
+            audio.setCodecPreferences(codec_preferences(["opus"], "audio"))
+        answer = await answer_offer(self.pc, self.ice, offer, self.peer, ["H264"])
         if len(self.pc.getTransceivers()) != (1 if self.audio is None else 2):
-            raise ViewerOfferError("the offer must have one video section and at most one audio, receive only")
-        try:
-            await self.pc.setLocalDescription(await self.pc.createAnswer())
-        except Exception as exc:  # e.g. no codec in common
-            raise ViewerOfferError(f"cannot answer this offer (viewers must accept H.264): {exc}") from None
-        answer: str = self.pc.localDescription.sdp
+            raise OfferError("the offer must have one video section and at most one audio, receive only")
         if "H264/90000" not in answer:
-            raise ViewerOfferError("viewers must accept H.264")
+            raise OfferError("viewers must accept H.264")
 
         @self.pc.on("connectionstatechange")
         async def on_state() -> None:
             if self.pc.connectionState in ("failed", "closed"):
                 self.request_close()
 
-        asyncio.get_running_loop().call_later(CONNECT_TIMEOUT_S, self._connect_deadline)
+        loop = asyncio.get_running_loop()
+        loop.call_later(self.peer.ice_timeout_s, self._ice_deadline)
+        loop.call_later(CONNECT_TIMEOUT_S, self._connect_deadline)
         return answer
+
+    def _ice_deadline(self) -> None:
+        if not ice_up(self.pc):
+            log.info("viewer %s: ICE did not complete within %.1f s", self.id, self.peer.ice_timeout_s)
+            self.request_close()
 
     def _connect_deadline(self) -> None:
         if self.pc.connectionState != "connected":
@@ -156,12 +163,19 @@ class Viewer:
 class ViewerHub:
     """The viewers of one output and the one encoder they share. `offer` is thread-safe and cheap."""
 
-    def __init__(self, name: str, loop: asyncio.AbstractEventLoop, ice_servers: tuple[str, ...] = ()) -> None:
+    def __init__(
+        self,
+        name: str,
+        loop: asyncio.AbstractEventLoop,
+        peer: PeerConfig | None = None,
+        encoder: EncoderPolicy | None = None,
+    ) -> None:
         self.name = name
+        self._encoder = encoder or EncoderPolicy(EncoderSettings())
         self.frames_encoded = 0
         self.errors = 0
         self._loop = loop
-        self._ice_servers = ice_servers
+        self._peer = peer or PeerConfig()
         self._viewers: dict[str, Viewer] = {}
         self.audio = SharedOpusEncoder()  # fed on the event loop by the output's audio (`offer_audio`)
         self._cond = threading.Condition()
@@ -198,8 +212,8 @@ class ViewerHub:
     async def add_viewer(self, offer: str) -> tuple[Viewer, str]:
         """Negotiate a new viewer; returns it with the SDP answer."""
         if self._closed:
-            raise ViewerOfferError(f"{self.name} has ended")
-        viewer = Viewer(self, self._ice_servers)
+            raise OfferError(f"{self.name} has ended")
+        viewer = Viewer(self, self._peer)
         try:
             answer = await viewer.negotiate(offer)
         except BaseException:
@@ -254,11 +268,11 @@ class ViewerHub:
                 height, width = image.shape[:2]
                 even = (width - width % 2, height - height % 2)
                 if codec is None or size != even:
-                    codec, size = self._open_codec(*even), even
+                    codec, size = self._encoder.open_shared(*even, VIDEO_TIME_BASE), even
                     keyframe = True
                 frame = av.VideoFrame.from_ndarray(np.ascontiguousarray(image[: size[1], : size[0]]), format="bgr24")
                 now = time.monotonic()
-                keyframe = keyframe or now - last_keyframe >= KEYFRAME_INTERVAL_S
+                keyframe = keyframe or now - last_keyframe >= self._encoder.keyframe_interval_s
                 frame.pict_type = av.video.frame.PictureType.I if keyframe else av.video.frame.PictureType.NONE
                 frame.pts = int((now - started) / VIDEO_TIME_BASE)
                 frame.time_base = VIDEO_TIME_BASE
@@ -274,19 +288,6 @@ class ViewerHub:
                 if self.errors == 1:
                     log.exception("viewers of %s: encoding failed (counted from now on)", self.name)
                 codec = None
-
-    @staticmethod
-    def _open_codec(width: int, height: int) -> VideoCodecContext:
-        codec = av.CodecContext.create("libx264", "w")
-        assert isinstance(codec, VideoCodecContext)
-        codec.width, codec.height = width, height
-        codec.pix_fmt = "yuv420p"
-        codec.time_base = VIDEO_TIME_BASE
-        codec.framerate = Fraction(30, 1)
-        codec.bit_rate = bitrate_bps(width, height)
-        codec.options = {"preset": "ultrafast", "tune": "zerolatency", "profile": "baseline"}
-        codec.open()
-        return codec
 
     def _deliver(self, packet: av.Packet, keyframe: bool) -> None:
         for viewer in list(self._viewers.values()):

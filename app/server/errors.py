@@ -17,8 +17,7 @@ from app.identity.consent import ConsentInvalid
 from app.identity.images import ImageRejected
 from app.identity.quota import QuotaExceeded
 from app.identity.store import IdentityNotFound, IdentityUnreadable
-from app.media.webrtc import MediaUnavailable, OfferError
-from app.media.whep import ViewerOfferError
+from app.media.peer import MediaUnavailable, OfferError
 from app.server.admission import AdmissionError
 from app.server.ingest_policy import SourceRefused
 from app.server.ratelimit import RateLimited
@@ -39,7 +38,6 @@ STATUS_OF: dict[type[Exception], int] = {
     TooManyViewerTokens: 409,
     ConsentInvalid: 422,
     OfferError: 400,
-    ViewerOfferError: 400,
     MediaUnavailable: 503,
     StreamsUnavailable: 503,
     StreamNotFailed: 409,

@@ -1,5 +1,5 @@
-"""Rate limits on creating things (identity uploads, sessions, streams, minted credentials: viewer tokens and TURN
-logins), per principal and per client address,
+"""Rate limits on creating things (identity uploads, sessions, streams, WHEP viewers, minted credentials: viewer
+tokens and TURN logins), per principal and per client address,
 answered with 429 and an honest `Retry-After` (when the moving window lets the next request in).
 
 Counting is the `limits` library's moving window, in memory: one server process owns its counters.
@@ -14,7 +14,7 @@ from limits import RateLimitItem, parse
 from limits.storage import MemoryStorage
 from limits.strategies import MovingWindowRateLimiter
 
-Action = Literal["uploads", "sessions", "streams", "credentials"]
+Action = Literal["uploads", "sessions", "streams", "credentials", "viewers"]
 
 
 class RateLimited(Exception):
@@ -31,12 +31,14 @@ class RateLimits:
     sessions: str
     streams: str
     credentials: str = "30/minute"
+    viewers: str = "60/minute"
 
 
 class RateLimiter:
     def __init__(self, limits: RateLimits) -> None:
         self._items: dict[str, RateLimitItem] = {
-            action: parse(getattr(limits, action)) for action in ("uploads", "sessions", "streams", "credentials")
+            action: parse(getattr(limits, action))
+            for action in ("uploads", "sessions", "streams", "credentials", "viewers")
         }
         self._limiter = MovingWindowRateLimiter(MemoryStorage())
 

@@ -13,6 +13,7 @@ import secrets
 from collections.abc import Callable
 from typing import Protocol
 
+from app.media.encoder import EncoderPolicy
 from app.media.rtsp_out import RtspServer
 from app.pipeline.types import Image
 
@@ -35,11 +36,13 @@ class RtspOutput:
         public_host: str,
         authenticate: bool = True,
         on_auth_failure: Callable[[str], float] | None = None,
+        encoder: EncoderPolicy | None = None,
     ) -> None:
         """`authenticate`: each published path gets its own login (in the URLs this object hands out, which
         only the path's owner sees); every other client is refused by the RTSP server, and each failed login
         waits `on_auth_failure(address)` seconds before its answer."""
         self._on_auth_failure = on_auth_failure
+        self._encoder = encoder
         self.port = port
         self.host = host
         self.public_host = public_host
@@ -60,7 +63,11 @@ class RtspOutput:
         if not self._enabled:
             return
         server = RtspServer(
-            self.port, host=self.host, authenticate=self.authenticate, on_auth_failure=self._on_auth_failure
+            self.port,
+            host=self.host,
+            authenticate=self.authenticate,
+            on_auth_failure=self._on_auth_failure,
+            encoder=self._encoder,
         )
         try:
             server.start()

@@ -6,7 +6,8 @@ import asyncio
 from collections.abc import Callable
 from concurrent.futures import Executor
 
-from app.media.webrtc import KIND, OfferError, PublisherFactory, Session, SessionConfig
+from app.media.peer import OfferError
+from app.media.webrtc import KIND, PublisherFactory, Session, SessionConfig
 from app.observability import Metrics
 from app.pipeline.identity_map import FaceSources
 from app.pipeline.pipeline import FramePipeline

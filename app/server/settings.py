@@ -52,6 +52,10 @@ class ServerSettings(BaseSettings):
     max_streams_per_principal: int | None = Field(
         None, ge=1, description="Ingest streams one principal may hold; unset: only the global limit."
     )
+    # WHEP viewers of one session or stream: each has its own connection and send queue on the one encode.
+    max_viewers_per_output: int = Field(
+        8, ge=1, description="WHEP viewers of one session or stream; beyond it 503 with Retry-After."
+    )
     retry_after_s: int = Field(
         5, ge=1, description="Retry-After (seconds) of a 503 when no slot is known to free sooner."
     )
@@ -92,6 +96,9 @@ class ServerSettings(BaseSettings):
     rate_credentials: str = Field(
         "30/minute",
         description="Viewer tokens and TURN logins minted per principal and per client address (429 beyond).",
+    )
+    rate_viewers: str = Field(
+        "60/minute", description="WHEP viewers opened per principal and per client address (429 beyond)."
     )
     # Per client address, before authentication (app/server/address_limit.py): POST requests to the API, and
     # failed authentications, beyond which the address gets 429 on every API request until the window moves.
@@ -268,7 +275,13 @@ class ServerSettings(BaseSettings):
         return value
 
     @field_validator(
-        "rate_uploads", "rate_sessions", "rate_streams", "rate_credentials", "rate_per_address", "rate_auth_failures"
+        "rate_uploads",
+        "rate_sessions",
+        "rate_streams",
+        "rate_credentials",
+        "rate_viewers",
+        "rate_per_address",
+        "rate_auth_failures",
     )
     @classmethod
     def _rate(cls, value: str) -> str:

@@ -19,8 +19,10 @@ from app.identity.images import decode_slots
 from app.identity.quota import IdentityQuota, UsageOf
 from app.identity.store import IdentityNotFound, IdentityStore, IdentityUnreadable, is_identity_id
 from app.identity.validate import PreparedSpec
+from app.media.encoder import EncoderPolicy
 from app.media.ice_bounds import IceBounds
-from app.media.webrtc import SessionConfig, use_host_addresses
+from app.media.peer import PeerConfig, use_host_addresses
+from app.media.webrtc import SessionConfig
 from app.model_store import open_model_store
 from app.observability import Metrics
 from app.pipeline.identity_map import FaceEmbedder
@@ -72,6 +74,24 @@ def warm_up(pipeline: FramePipeline) -> None:
         tracker.reset()
 
 
+def advertised(settings: ServerSettings) -> str | None:
+    return str(settings.advertised_address) if settings.advertised_address is not None else None
+
+
+def peer_config(settings: ServerSettings) -> PeerConfig:
+    """Every peer's ICE servers, candidate cap, ICE bounds and deadline, and advertised address: sessions' and
+    WHEP viewers' alike."""
+    return PeerConfig(
+        ice_servers=tuple(settings.ice_servers),
+        max_remote_candidates=settings.max_remote_candidates,
+        ice_bounds=IceBounds(
+            checks_per_s=settings.ice_checks_per_s, max_peer_reflexive=settings.max_peer_reflexive_candidates
+        ),
+        ice_timeout_s=settings.ice_timeout_s,
+        advertised_address=advertised(settings),
+    )
+
+
 class NotReady(Exception):
     pass
 
@@ -115,9 +135,12 @@ class ServerState:
                 sessions=settings.rate_sessions,
                 streams=settings.rate_streams,
                 credentials=settings.rate_credentials,
+                viewers=settings.rate_viewers,
             )
         )
         self.provenance = Provenance(settings.provenance)
+        # Every H.264 encode: sessions' (through aiortc), WHEP viewers' and the RTSP output's.
+        self.encoder = EncoderPolicy(settings.encoder)
         self.rtsp = RtspOutput(
             enabled=settings.rtsp_enabled,
             port=settings.rtsp_port,
@@ -128,6 +151,7 @@ class ServerState:
             on_auth_failure=FailureDelay(
                 settings.access.auth_failure_delay_s, settings.access.auth_failure_delay_max_s
             ).record,
+            encoder=self.encoder,
         )
         self.cache: IdentityCache[PreparedSource] = IdentityCache(
             self._load_identity, max_items=settings.identity_cache_items, registry=self.metrics.registry
@@ -144,7 +168,8 @@ class ServerState:
         self.damaged: dict[str, str] = {}
         self.sessions: SessionManager | None = None
         self.streams: StreamManager | None = None
-        self.viewers = Viewers(tuple(settings.ice_servers))
+        self.peer_config = peer_config(settings)
+        self.viewers = Viewers(self.peer_config, settings.max_viewers_per_output, self.encoder)
         self.ready = False
         self.not_ready_reason: str = "starting"
         self._load_task: asyncio.Task[None] | None = None
@@ -157,6 +182,7 @@ class ServerState:
         addresses = media_host_addresses(self.settings)
         if addresses is not None:
             use_host_addresses(addresses)
+        self.encoder.install()
         await loop.run_in_executor(self.control_executor, self.store.open)
         await self._audit_store()
         await loop.run_in_executor(self.control_executor, self.rtsp.start)
@@ -186,7 +212,7 @@ class ServerState:
             return
         self.pipeline = pipeline
         await self._audit_store()
-        s = self.settings
+        s, peer = self.settings, self.peer_config
         self.sessions = SessionManager(
             pipeline=pipeline,
             executor=self.executor,
@@ -194,15 +220,13 @@ class ServerState:
             config=SessionConfig(
                 max_sessions=s.max_sessions,
                 codecs=tuple(s.video_codecs),
-                ice_servers=tuple(s.ice_servers),
+                ice_servers=peer.ice_servers,
                 connect_timeout_s=s.connect_timeout_s,
                 media_timeout_s=s.media_timeout_s,
-                ice_timeout_s=s.ice_timeout_s,
-                max_remote_candidates=s.max_remote_candidates,
-                ice_bounds=IceBounds(
-                    checks_per_s=s.ice_checks_per_s, max_peer_reflexive=s.max_peer_reflexive_candidates
-                ),
-                encoder=s.encoder,
+                ice_timeout_s=peer.ice_timeout_s,
+                max_remote_candidates=peer.max_remote_candidates,
+                ice_bounds=peer.ice_bounds,
+                advertised_address=peer.advertised_address,
             ),
             max_per_owner=s.max_sessions_per_principal,
             publisher_factory=self.rtsp.publish if self.rtsp.available else None,

@@ -1,14 +1,19 @@
 """WHEP viewers of the server's sessions and streams: one `ViewerHub` per watched output, made at its first
-viewer, fed by the output's listeners and closed when the output ends."""
+viewer, fed by the output's listeners and closed when the output ends; at most `max_per_output` viewers each
+(those still negotiating count)."""
 
 import asyncio
 import logging
+from collections import Counter
 from collections.abc import Callable
 
 import av
 
+from app.media.encoder import EncoderPolicy
+from app.media.peer import PeerConfig
 from app.media.whep import Viewer, ViewerHub
 from app.pipeline.types import Image
+from app.server.admission import AdmissionError
 
 log = logging.getLogger(__name__)
 
@@ -26,8 +31,13 @@ class ViewerTokenNotFound(LookupError):
 class Viewers:
     """Hubs by output key (`session/ID`, `stream/ID`)."""
 
-    def __init__(self, ice_servers: tuple[str, ...] = ()) -> None:
-        self._ice_servers = ice_servers
+    def __init__(
+        self, peer: PeerConfig | None = None, max_per_output: int = 8, encoder: EncoderPolicy | None = None
+    ) -> None:
+        self._peer = peer or PeerConfig()
+        self._encoder = encoder
+        self._max_per_output = max_per_output
+        self._joining: Counter[str] = Counter()  # viewers being negotiated, by output key
         self._hubs: dict[str, ViewerHub] = {}
         self._watchers: set[asyncio.Task[None]] = set()
 
@@ -43,11 +53,14 @@ class Viewers:
         audio_listeners: list[Callable[[av.AudioFrame], None]] | None = None,
     ) -> tuple[Viewer, str]:
         """A new viewer of the output `key`, whose frames go to `listeners` (its audio, if it has some, to
-        `audio_listeners`) and which ends with `ended`."""
+        `audio_listeners`) and which ends with `ended`. `AdmissionError` (503) when the output has its most."""
         hub = self._hubs.get(key)
+        held = (len(hub.viewers()) if hub is not None else 0) + self._joining[key]
+        if held >= self._max_per_output:
+            raise AdmissionError(f"{key} has {held} viewers, the most one output may have")
         if hub is None:
             loop = asyncio.get_running_loop()
-            hub = self._hubs[key] = ViewerHub(key, loop, self._ice_servers)
+            hub = self._hubs[key] = ViewerHub(key, loop, self._peer, self._encoder)
             listeners.append(hub.offer)
             if audio_listeners is not None:
                 audio_listeners.append(hub.offer_audio)
@@ -55,7 +68,13 @@ class Viewers:
             task.set_name(f"viewers-{key}")
             self._watchers.add(task)
             task.add_done_callback(self._watchers.discard)
-        return await hub.add_viewer(offer)
+        self._joining[key] += 1
+        try:
+            return await hub.add_viewer(offer)
+        finally:
+            self._joining[key] -= 1
+            if not self._joining[key]:
+                del self._joining[key]
 
     def all(self) -> list[Viewer]:
         return [viewer for hub in list(self._hubs.values()) for viewer in hub.viewers()]

@@ -3,7 +3,7 @@
 import sys
 
 from app.cli import main
-from app.media.webrtc import use_host_addresses
+from app.media.peer import use_host_addresses
 
 if __name__ == "__main__":
     use_host_addresses(["127.0.0.1"])

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from app.media.clips import MotionClip, load_sample, make_motion_clip
-from app.media.webrtc import use_host_addresses
+from app.media.peer import use_host_addresses
 from app.pipeline.detect import RetinaFaceDetector
 from app.pipeline.factory import build_pipeline
 from app.pipeline.pipeline import FramePipeline

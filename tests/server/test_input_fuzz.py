@@ -10,7 +10,7 @@ from fastapi import HTTPException
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from app.media.webrtc import OfferError, check_offer
+from app.media.peer import OfferError, check_offer
 from app.server.ingest_policy import IngestPolicy, SourceRefused
 from app.server.routes.streams import check_source
 from tests.server.harness import RunningServer, server_settings, upload

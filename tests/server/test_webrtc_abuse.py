@@ -9,7 +9,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from app.media.webrtc import use_host_addresses
+from app.media.peer import use_host_addresses
 from app.pipeline.pipeline import FramePipeline
 from app.server.media_addresses import media_host_addresses
 from app.settings import PipelineSettings

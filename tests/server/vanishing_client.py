@@ -7,7 +7,7 @@ import httpx
 
 from app.bench.rtc_client import RtcClient
 from app.media.clips import load_sample, make_motion_clip
-from app.media.webrtc import use_host_addresses
+from app.media.peer import use_host_addresses
 
 
 async def main(base_url: str, identity: str) -> None:

@@ -16,14 +16,13 @@ GStreamer and PyGObject are loaded on first use (`bindings`): without them the p
 """
 
 from app.media.rtsp_out.bindings import APT_PACKAGES, rtsp_unavailable_reason
-from app.media.rtsp_out.publisher import RtspPublisher, default_bitrate_kbps
+from app.media.rtsp_out.publisher import RtspPublisher
 from app.media.rtsp_out.server import RtspServer, normalise_path
 
 __all__ = [
     "APT_PACKAGES",
     "RtspPublisher",
     "RtspServer",
-    "default_bitrate_kbps",
     "normalise_path",
     "rtsp_unavailable_reason",
 ]

@@ -1,6 +1,6 @@
 """Feeding one path's encoder: the newest frame pushed, as I420, into
 
-    appsrc (live, timestamped on arrival) → x264enc (zerolatency, ultrafast) → rtph264pay
+    appsrc (live, timestamped on arrival) → x264enc (the encoder policy's shared settings) → rtph264pay
 
 `config-interval=1` repeats SPS/PPS every second: with x264's sliced threads the alternative
 (`-1`) gives clients corrupt frames.
@@ -42,14 +42,14 @@ APPSRC_MAX_BUFFERS = 2
 AUD = b"\x00\x00\x00\x01\x09\xf0"
 
 
-def launch_description(width: int, height: int, fps: int, bitrate_kbps: int, aud_after_frame: bool) -> str:
-    """The gst-rtsp-server launch line of one path's media."""
+def launch_description(width: int, height: int, fps: int, x264enc: str, aud_after_frame: bool) -> str:
+    """The gst-rtsp-server launch line of one path's media; `x264enc`: the encoder's properties
+    (`EncoderPolicy.x264enc_properties`)."""
     caps = f"video/x-raw,format=I420,width={width},height={height},framerate={fps}/1"
     return (
         f"( appsrc name=src is-live=true do-timestamp=true format=time "
         f"max-buffers={APPSRC_MAX_BUFFERS} leaky-type=downstream caps={caps} "
-        f"! x264enc name=enc tune=zerolatency speed-preset=ultrafast bitrate={bitrate_kbps} "
-        f"key-int-max={2 * fps} aud={'false' if aud_after_frame else 'true'} "
+        f"! x264enc name=enc {x264enc} aud={'false' if aud_after_frame else 'true'} "
         f"! video/x-h264,stream-format=byte-stream,alignment=au,profile=constrained-baseline "
         f"! rtph264pay name=pay0 pt=96 config-interval=1 )"
     )
@@ -100,7 +100,7 @@ class EncoderFeed(AppsrcFeeder[tuple[Image | None, bool, Any]]):
 
     what = "frames"
 
-    def __init__(self, gst: Bindings, path: str, width: int, height: int, fps: int) -> None:
+    def __init__(self, gst: Bindings, path: str, width: int, height: int, fps: int, keyframe_interval_s: float) -> None:
         super().__init__(gst, path, f"rtsp-feed{path}")
         self.width = width
         self.height = height
@@ -114,7 +114,7 @@ class EncoderFeed(AppsrcFeeder[tuple[Image | None, bool, Any]]):
         self._prime = False  # a new media waits for its first frame
         self._encoder: Any = None
         self._watchers = 0  # clients playing the path
-        self._pacing = Pacing(fps)  # read and written with `_cond` held
+        self._pacing = Pacing(fps, keyframe_interval_s)  # read and written with `_cond` held
         self._start_feeding()
 
     @property

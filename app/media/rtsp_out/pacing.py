@@ -45,6 +45,7 @@ class Pacing:
     """What the feeder of one path has sent, and what that makes due. Times are `time.monotonic()`."""
 
     fps: int
+    keyframe_interval_s: float = KEYFRAME_INTERVAL_S  # the encoder policy's (app.media.encoder)
     frames_sent: int = 0  # fresh and repeated
     mean_gap_s: float | None = None  # between fresh frames
     _last_sent_at: float | None = None
@@ -82,7 +83,7 @@ class Pacing:
         """Whether the frame about to be sent should be a keyframe."""
         if self.frames_sent in self._keyframes_at:
             return True
-        return self._last_keyframe_at is not None and now - self._last_keyframe_at >= KEYFRAME_INTERVAL_S
+        return self._last_keyframe_at is not None and now - self._last_keyframe_at >= self.keyframe_interval_s
 
     def sent(self, now: float, *, fresh: bool, keyframe: bool) -> None:
         if fresh:

@@ -16,20 +16,17 @@ from typing import TYPE_CHECKING, Any
 import av
 import numpy as np
 
+from app.media.encoder import EncoderPolicy
 from app.media.rtsp_out.audio_feed import AudioFeed, audio_launch_fragment
 from app.media.rtsp_out.bindings import Bindings
 from app.media.rtsp_out.feed import AudAppender, EncoderFeed, launch_description
 from app.pipeline.types import Image
+from app.settings import EncoderSettings
 
 if TYPE_CHECKING:
     from app.media.rtsp_out.server import RtspServer
 
 log = logging.getLogger(__name__)
-
-
-def default_bitrate_kbps(width: int, height: int, fps: int) -> int:
-    """About 0.1 bit per pixel: ~0.9 Mbit/s at 640x480@30, ~2.8 at 720p30, ~6.2 at 1080p30."""
-    return max(500, round(width * height * fps * 0.1 / 1000))
 
 
 class RtspPublisher:
@@ -56,6 +53,7 @@ class RtspPublisher:
         bitrate_kbps: int,
         aud_after_frame: bool,
         audio: bool = False,
+        encoder: EncoderPolicy | None = None,
     ) -> None:
         self.path = path
         self.width = width
@@ -63,13 +61,14 @@ class RtspPublisher:
         self.fps = fps
         self.bitrate_kbps = bitrate_kbps
         self.aud_after_frame = aud_after_frame
+        self.encoder = encoder or EncoderPolicy(EncoderSettings())
         self._server = server
         self._gst = gst
         # Guards the media; taken before the feed's lock, never after it.
         self._lock = threading.Lock()
         self._media: Any = None
         self._held: Any = None  # the media this publisher keeps prepared
-        self._feed = EncoderFeed(gst, path, width, height, fps)
+        self._feed = EncoderFeed(gst, path, width, height, fps, self.encoder.keyframe_interval_s)
         # A second stream, Opus, when the path carries sound (`push_audio`).
         self._audio = AudioFeed(gst, path, self._audio_lead_s) if audio else None
         self.factory = self._make_factory()
@@ -92,7 +91,8 @@ class RtspPublisher:
         return self._feed.frame_interval_s() if self.aud_after_frame else 0.0
 
     def launch_description(self) -> str:
-        video = launch_description(self.width, self.height, self.fps, self.bitrate_kbps, self.aud_after_frame)
+        x264enc = self.encoder.x264enc_properties(self.width, self.height, self.fps, self.bitrate_kbps)
+        video = launch_description(self.width, self.height, self.fps, x264enc, self.aud_after_frame)
         if self._audio is None:
             return video
         return f"{video[:-1]}{audio_launch_fragment()} )"

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from app.errors import UserError
+from app.media.encoder import EncoderPolicy
 from app.media.rtsp_out.auth import (
     add_login,
     allow_only,
@@ -23,7 +24,8 @@ from app.media.rtsp_out.auth import (
     remove_login,
 )
 from app.media.rtsp_out.bindings import load_bindings, require_bindings
-from app.media.rtsp_out.publisher import RtspPublisher, default_bitrate_kbps
+from app.media.rtsp_out.publisher import RtspPublisher
+from app.settings import EncoderSettings
 
 log = logging.getLogger(__name__)
 
@@ -53,11 +55,14 @@ class RtspServer:
         client_threads: int = 16,
         authenticate: bool = False,
         on_auth_failure: Callable[[str], float] | None = None,
+        encoder: EncoderPolicy | None = None,
     ) -> None:
-        """`authenticate`: each path plays only for the login it was published with (`app.media.rtsp_out.auth`);
-        a path published without one plays for nobody. `on_auth_failure(address)` hears every failed login and
-        says how long to hold the answer (that client's thread waits; guessing from one address slows down)."""
+        """`encoder`: the H.264 settings of every path (the defaults when None). `authenticate`: each path plays
+        only for the login it was published with (`app.media.rtsp_out.auth`); a path published without one plays
+        for nobody. `on_auth_failure(address)` hears every failed login and says how long to hold the answer
+        (that client's thread waits; guessing from one address slows down)."""
         self.host = host
+        self.encoder = encoder or EncoderPolicy(EncoderSettings())
         self.authenticate = authenticate
         self._on_auth_failure = on_auth_failure
         self._unauthorized: dict[Any, int] = {}
@@ -188,7 +193,7 @@ class RtspServer:
     ) -> RtspPublisher:
         """Serve `path` as H.264 at `width`x`height` (even numbers) and `fps`.
 
-        `bitrate_kbps` defaults to `default_bitrate_kbps`; `aud_after_frame` is explained in
+        `bitrate_kbps` defaults to the encoder policy's shared rate; `aud_after_frame` is explained in
         `app.media.rtsp_out.feed`; `login` (user, password; the user unique to the path) is who may play it
         when the server authenticates; `audio` adds an Opus stream fed by the publisher's `push_audio`."""
         gst = require_bindings()
@@ -197,11 +202,13 @@ class RtspServer:
             raise UserError(f"RTSP frame size must be positive and even, got {width}x{height}")
         if not 1 <= fps <= 240:
             raise UserError(f"RTSP frame rate must be between 1 and 240, got {fps}")
-        kbps = bitrate_kbps if bitrate_kbps is not None else default_bitrate_kbps(width, height, fps)
+        kbps = bitrate_kbps if bitrate_kbps is not None else self.encoder.shared_bitrate_kbps(width, height, fps)
         with self._lock:
             if path in self._publishers:
                 raise UserError(f"RTSP path {path} is already published")
-            publisher = RtspPublisher(self, gst, path, width, height, fps, kbps, aud_after_frame, audio)
+            publisher = RtspPublisher(
+                self, gst, path, width, height, fps, kbps, aud_after_frame, audio, encoder=self.encoder
+            )
             if self.authenticate and login is not None:
                 allow_only(gst, publisher.factory, login[0])
                 self._logins[path] = login

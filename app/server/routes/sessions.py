@@ -6,7 +6,6 @@ from fastapi import APIRouter, HTTPException, Path, Query, Request, Response
 
 from app.auth.guard import AccessDep, SessionsUser, client_address
 from app.identity.store import IdentityNotFound
-from app.media.advertise import advertise_host_candidates
 from app.pipeline.identity_map import identities_of
 from app.server.deps import RevocationDep, SessionsDep, StateDep
 from app.server.identity_maps import (
@@ -60,8 +59,6 @@ async def create_session(
         if not state.store.exists(used):  # deleted while this session was negotiated
             await session.close("identity deleted")
             raise IdentityNotFound(used)
-    if settings.advertised_address is not None:
-        answer = advertise_host_candidates(answer, str(settings.advertised_address))
     headers = {"Location": f"/v1/sessions/{session.id}"}
     if session.rtsp_url:
         headers["X-RTSP-URL"] = session.rtsp_url

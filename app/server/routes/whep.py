@@ -15,7 +15,7 @@ import av
 from fastapi import APIRouter, HTTPException, Path, Request, Response
 
 from app.auth.access import Access
-from app.auth.guard import AccessDep, SessionsUser, SessionsViewer, StreamsUser, StreamsViewer
+from app.auth.guard import AccessDep, SessionsUser, SessionsViewer, StreamsUser, StreamsViewer, client_address
 from app.auth.principal import Principal
 from app.media.whep import Viewer
 from app.pipeline.types import Image
@@ -55,9 +55,10 @@ async def add_viewer(
     audio_listeners: list[Callable[[av.AudioFrame], None]] | None = None,
 ) -> Response:
     """Read the offer, join the output's shared encode, answer 201 with the viewer's `Location`."""
+    principal, access = viewer_of
+    state.rate_limiter.hit("viewers", principal.id, client_address(request))
     offer = await read_offer(request, state)
     viewer, answer = await state.viewers.add(f"{kind[:-1]}/{output_id}", offer, listeners, ended, audio_listeners)
-    principal, access = viewer_of
     access.owners.set(viewer, principal)  # revoking the credential that opened it ends it
     location = f"/v1/{kind}/{output_id}/whep/{viewer.id}"
     return Response(answer, status_code=201, media_type="application/sdp", headers={"Location": location})

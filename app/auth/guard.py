@@ -101,9 +101,6 @@ SessionsUser = Annotated[Principal, Depends(requires(SESSIONS))]
 StreamsUser = Annotated[Principal, Depends(requires(STREAMS))]
 MetricsReader = Annotated[Principal, Depends(requires(METRICS))]
 Admin = Annotated[Principal, Depends(requires(ADMIN))]
-# WHEP: the output's owner (with the scope), admin, or a viewer token of that output.
-SessionsViewer = Annotated[Principal, Depends(requires(SESSIONS, viewer_token=True))]
-StreamsViewer = Annotated[Principal, Depends(requires(STREAMS, viewer_token=True))]
 AccessDep = Annotated[Access, Depends(get_access)]
 
 

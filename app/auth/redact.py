@@ -27,15 +27,11 @@ class RedactCredentials(logging.Filter):
 
 
 def install_redaction() -> None:
-    """On uvicorn's loggers and on every handler of the root logger (which sees what propagates)."""
+    """On uvicorn's loggers and their handlers, and on every handler of the root logger (which sees what
+    propagates to it); once each."""
     redactor = RedactCredentials()
-    for name in LOGGERS:
-        logger = logging.getLogger(name)
-        if not any(isinstance(f, RedactCredentials) for f in logger.filters):
-            logger.addFilter(redactor)
-        for handler in logger.handlers:
-            if not any(isinstance(f, RedactCredentials) for f in handler.filters):
-                handler.addFilter(redactor)
-    for handler in logging.getLogger().handlers:
-        if not any(isinstance(f, RedactCredentials) for f in handler.filters):
-            handler.addFilter(redactor)
+    loggers = [logging.getLogger(name) for name in LOGGERS]
+    handlers = [h for logger in [*loggers, logging.getLogger()] for h in logger.handlers]
+    for target in [*loggers, *handlers]:
+        if not any(isinstance(f, RedactCredentials) for f in target.filters):
+            target.addFilter(redactor)

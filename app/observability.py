@@ -49,7 +49,7 @@ class Metrics:
         self.hop_seconds = Histogram(
             "swapcast_hop_seconds",
             "Per frame, each hop from decoded input to encoded output: queue, each pipeline stage, output_wait,"
-            " encode, total (app.media.hops).",
+            " encode, total (app.live.hops).",
             ["kind", "hop"],
             buckets=STAGE_BUCKETS,
             registry=r,

@@ -109,7 +109,7 @@ class Cell:
             "server_latency_p50_ms": (
                 round(float(np.mean(self.server_latency_p50_ms)), 1) if self.server_latency_p50_ms else None
             ),
-            # Where the server's time went, hop by hop (app.media.hops), averaged over the sessions.
+            # Where the server's time went, hop by hop (app.live.hops), averaged over the sessions.
             "server_hops_ms": _mean_hops(self.server_hops_ms),
             # The server process's CPU time (all its threads) per frame returned in the window: what each frame
             # costs, much less sensitive to other load on the machine than its latency.
@@ -169,7 +169,7 @@ def _app(kind: str, identity_dir: str, echo_encoder: str, rtsp: bool = False) ->
     if kind == ECHO:
         if echo_encoder == "live":
             # The echo re-encodes with swapcast's encoder too: the difference is then the server alone.
-            from app.media.hops import install_timed_encoders
+            from app.media.encoder import install_timed_encoders
 
             install_timed_encoders()
         app = _echo_app()
@@ -446,7 +446,7 @@ def run_server_bench(config: ServerBenchConfig, progress: bool = True) -> dict[s
     started = time.perf_counter()
     load_before = os.getloadavg()
     if config.client_encoder == "live":
-        from app.media.hops import install_timed_encoders
+        from app.media.encoder import install_timed_encoders
 
         install_timed_encoders()  # this process's senders, i.e. the clients (servers run their own)
     with tempfile.TemporaryDirectory(prefix="swapcast-bench-") as tmp:

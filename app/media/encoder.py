@@ -9,7 +9,7 @@ preset (`shared_x264_preset`).
 aiortc's encoder runs libx264 with its default preset (`medium`) and clamps every stream to 0.5-3 Mbit/s;
 this one keeps aiortc's packetisation (the subclass only replaces how the codec is opened and fed) and takes
 its settings from `EncoderSettings`. `configure_encoders` sets them for this process; aiortc's senders get
-the encoder through `create_encoder` (installed by app.media.hops).
+the encoder through `create_encoder` (installed by `install_timed_encoders`).
 
 A change of the receiver's estimate (REMB) reopens the codec, as in aiortc (setting the open context's
 bit_rate changed nothing in libx264's output: FFmpeg 8.1 through PyAV 16), but only past 25% rather than
@@ -30,7 +30,7 @@ from aiortc.codecs import get_encoder as aiortc_encoder
 from aiortc.codecs.h264 import H264Encoder
 from av.video.codeccontext import VideoCodecContext
 
-from app.media.hops import install_timed_encoders
+from app.media.hops import TimedEncoder
 from app.settings import EncoderSettings
 
 log = logging.getLogger(__name__)
@@ -247,3 +247,24 @@ class EncoderPolicy:
 
     def shared_bitrate_kbps(self, width: int, height: int, fps: int) -> int:
         return round(shared_bitrate_bps(width, height, fps, self.settings) / 1000)
+
+
+_installed = False
+_install_lock = threading.Lock()
+
+
+def install_timed_encoders() -> None:
+    """Make aiortc's senders in this process use swapcast's encoders wrapped in `TimedEncoder`s (idempotent).
+    Frames without an `EncodeCallback` are encoded exactly as before."""
+    global _installed
+    with _install_lock:
+        if _installed:
+            return
+        from aiortc import rtcrtpsender
+
+        def get_encoder(codec: Any) -> Any:
+            encoder = create_encoder(codec)
+            return TimedEncoder(encoder) if codec.mimeType.lower().startswith("video/") else encoder
+
+        rtcrtpsender.get_encoder = get_encoder
+        _installed = True

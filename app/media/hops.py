@@ -16,7 +16,6 @@ The encoder is timed by wrapping aiortc's encoder factory (`install_timed_encode
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -48,26 +47,3 @@ class TimedEncoder:
 
     def __getattr__(self, name: str) -> Any:  # pack(), and anything a later aiortc adds
         return getattr(self._inner, name)
-
-
-_installed = False
-_install_lock = threading.Lock()
-
-
-def install_timed_encoders() -> None:
-    """Make aiortc's senders in this process use swapcast's encoders (app.media.encoder) wrapped in
-    `TimedEncoder`s (idempotent). Frames without an `EncodeCallback` are encoded exactly as before."""
-    global _installed
-    with _install_lock:
-        if _installed:
-            return
-        from aiortc import rtcrtpsender
-
-        from app.media.encoder import create_encoder
-
-        def get_encoder(codec: Any) -> Any:
-            encoder = create_encoder(codec)
-            return TimedEncoder(encoder) if codec.mimeType.lower().startswith("video/") else encoder
-
-        rtcrtpsender.get_encoder = get_encoder
-        _installed = True

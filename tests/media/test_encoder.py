@@ -13,8 +13,16 @@ from aiortc.rtcrtpparameters import RTCRtpCodecParameters
 
 from app.media import encoder as encoder_module
 from app.media.clips import load_sample, make_motion_clip
-from app.media.encoder import NVENC, X264, LiveH264Encoder, bitrate_band, create_encoder, open_codec
-from app.media.hops import TimedEncoder, install_timed_encoders
+from app.media.encoder import (
+    NVENC,
+    X264,
+    LiveH264Encoder,
+    bitrate_band,
+    create_encoder,
+    install_timed_encoders,
+    open_codec,
+)
+from app.media.hops import TimedEncoder
 from app.pipeline.types import Image
 from app.settings import EncoderSettings
 

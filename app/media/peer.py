@@ -146,9 +146,11 @@ def check_offer(text: str, max_candidates: int = MAX_REMOTE_CANDIDATES, role: Ro
     candidates = sum(len(m.ice_candidates) for m in description.media)
     if candidates > max_candidates:
         raise OfferError(f"the offer lists {candidates} ICE candidates; at most {max_candidates} are accepted")
-    if candidates == 0:
+    if candidates == 0 and role is Role.SENDER:
         # What a stock Chromium sends from a machine whose only network interface is loopback (measured): it
         # never offers 127.0.0.1 unless started with --allow-loopback-in-peer-connection, and cannot connect.
+        # A viewer may list none: a page without camera permission hides its addresses behind mDNS names,
+        # and its checks reach the server's candidates, which learns the viewer's address from them.
         raise OfferError(
             "the offer lists no ICE candidates: the browser found no network address to use (on a machine with "
             "only a loopback interface, start Chromium with --allow-loopback-in-peer-connection)"

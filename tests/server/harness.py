@@ -17,6 +17,7 @@ import numpy as np
 import uvicorn
 from fastapi import FastAPI
 
+from app.media.clips import MotionClip, write_clip
 from app.pipeline.pipeline import FramePipeline
 from app.pipeline.types import Image
 from app.server.app import create_app
@@ -160,6 +161,13 @@ def upload(
         headers=headers if headers is not None else PAGE_HEADERS,
         timeout=60,
     )
+
+
+def camera_file(directory: Path, clip: MotionClip, frames: int = 15) -> Path:
+    """The first `frames` of `clip` as a silent video file in `directory`: a stream's source."""
+    video = directory / "camera.mp4"
+    write_clip(MotionClip(clip.frames[:frames], clip.matrices[:frames], clip.fps), video, audio_tone_hz=None)
+    return video
 
 
 def start_stream(base_url: str, photo: bytes, source_url: str) -> str:

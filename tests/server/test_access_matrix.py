@@ -25,7 +25,7 @@ from starlette.routing import Mount, Route
 from app.auth.guard import access_rule
 from app.auth.settings import AccessSettings
 from app.bench.rtc_client import StampedTrack
-from app.media.clips import MotionClip, write_clip
+from app.media.clips import MotionClip
 from app.media.rtsp_out import rtsp_unavailable_reason
 from app.pipeline.pipeline import FramePipeline
 from app.settings import PipelineSettings
@@ -38,7 +38,7 @@ from tests.server.credentials import (
     make_credentials,
     token,
 )
-from tests.server.harness import SELF_CONSENT, RunningServer, server_settings, start_server
+from tests.server.harness import SELF_CONSENT, RunningServer, camera_file, server_settings, start_server
 
 UNAVAILABLE = rtsp_unavailable_reason()
 pytestmark = [
@@ -349,8 +349,7 @@ def world(
 ) -> Iterator[World]:
     root = tmp_path_factory.mktemp("matrix")
     creds = make_credentials(root / "keys.json")
-    video = root / "camera.mp4"
-    write_clip(MotionClip(clip.frames[:10], clip.matrices[:10], clip.fps), video, audio_tone_hz=None)
+    video = camera_file(root, clip, 10)
     access = AccessSettings(
         keys_file=creds.keys_file,
         jwt_secret=JWT_SECRET,

@@ -18,13 +18,13 @@ import pytest
 from app.auth.keys import KeyStore, key_id_of
 from app.auth.settings import AccessSettings
 from app.bench.rtc_client import RtcClient
-from app.media.clips import MotionClip, write_clip
+from app.media.clips import MotionClip
 from app.media.rtsp_out import rtsp_unavailable_reason
 from app.pipeline.pipeline import FramePipeline
 from app.settings import PipelineSettings
 from tests.helpers import wait_for
 from tests.server.credentials import bearer, make_credentials
-from tests.server.harness import RunningServer, server_settings, start_server, upload
+from tests.server.harness import RunningServer, camera_file, server_settings, start_server, upload
 
 FPS = 15
 
@@ -153,8 +153,7 @@ def test_deleting_an_identity_ends_the_streams_showing_it(
     tom_png: bytes,
     clip: MotionClip,
 ) -> None:
-    video = tmp_path / "camera.mp4"
-    write_clip(MotionClip(clip.frames[:15], clip.matrices[:15], clip.fps), video, audio_tone_hz=None)
+    video = camera_file(tmp_path, clip)
     audit = tmp_path / "audit.log"
     settings = server_settings(
         tmp_path / "identities",

@@ -17,12 +17,12 @@ import pytest
 
 from app.auth.settings import AccessSettings
 from app.bench.rtc_client import RtcClient
-from app.media.clips import MotionClip, write_clip
+from app.media.clips import MotionClip
 from app.media.rtsp_out import rtsp_unavailable_reason
 from app.pipeline.pipeline import FramePipeline
 from app.settings import PipelineSettings
 from tests.server.credentials import bearer, make_credentials
-from tests.server.harness import server_settings, start_server, upload
+from tests.server.harness import camera_file, server_settings, start_server, upload
 
 UNAVAILABLE = rtsp_unavailable_reason()
 pytestmark = pytest.mark.skipif(UNAVAILABLE is not None, reason=f"GStreamer RTSP unavailable: {UNAVAILABLE}")
@@ -61,8 +61,7 @@ def test_each_rtsp_output_plays_only_with_its_owners_login(
     tom_png: bytes,
     clip: MotionClip,
 ) -> None:
-    video = tmp_path / "camera.mp4"
-    write_clip(MotionClip(clip.frames[:15], clip.matrices[:15], clip.fps), video, audio_tone_hz=None)
+    video = camera_file(tmp_path, clip)
     creds = make_credentials(tmp_path / "keys.json")
     settings = server_settings(
         tmp_path / "identities",
@@ -153,8 +152,7 @@ def test_unknown_paths_answer_like_protected_ones_and_failed_logins_slow_down(
     tom_png: bytes,
     clip: MotionClip,
 ) -> None:
-    video = tmp_path / "camera.mp4"
-    write_clip(MotionClip(clip.frames[:15], clip.matrices[:15], clip.fps), video, audio_tone_hz=None)
+    video = camera_file(tmp_path, clip)
     settings = server_settings(
         tmp_path / "identities",
         access=AccessSettings(auth_failure_delay_s=0.2, auth_failure_delay_max_s=2.0),

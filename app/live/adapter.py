@@ -11,7 +11,7 @@ from app.live.core import LiveCore, OutputListener
 from app.pipeline.identity_map import FaceSources
 from app.provenance.service import FrameMarker
 
-AudioListener = Callable[[av.AudioFrame], None]
+AudioListener = Callable[[av.AudioFrame, float], None]  # a frame and the monotonic instant it is due
 
 
 class LiveOutput:

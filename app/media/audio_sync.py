@@ -42,8 +42,9 @@ class DelayedAudioTrack(MediaStreamTrack):
         self._next_pts: int | None = None
         self.enabled = True
         self.receiving = False  # the client sends audio (its offer has a microphone track)
-        # Called with each frame as it is sent, on the event loop; each must return at once.
-        self.outputs: list[Callable[[av.AudioFrame], None]] = []
+        # Called with each frame as it is sent and the `time.monotonic()` instant it was due (a release
+        # that the event loop made late keeps its place in time), on the event loop; each returns at once.
+        self.outputs: list[Callable[[av.AudioFrame, float], None]] = []
         self.frames_in = 0
         self.frames_out = 0
         self.dropped = 0
@@ -69,11 +70,12 @@ class DelayedAudioTrack(MediaStreamTrack):
                 raise MediaStreamError
             if self._frames:
                 arrived, frame = self._frames[0]
-                wait = arrived + min(MAX_DELAY_S, max(0.0, self._delay_s())) - time.monotonic()
+                due = arrived + min(MAX_DELAY_S, max(0.0, self._delay_s()))
+                wait = due - time.monotonic()
                 if wait <= 0:
                     self._frames.popleft()
                     for output in self.outputs:
-                        output(frame)
+                        output(frame, due)
                     return self._restamp(frame)
                 await asyncio.sleep(min(wait, 0.02))  # the delay may change meanwhile
                 continue

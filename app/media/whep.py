@@ -201,8 +201,9 @@ class ViewerHub:
         if self._watching:
             self._frames.put(image)
 
-    def offer_audio(self, frame: av.AudioFrame) -> None:
-        """On the event loop: the output's audio, due to play now; encoded once for every viewer that takes it."""
+    def offer_audio(self, frame: av.AudioFrame, due: float | None = None) -> None:
+        """On the event loop: the output's audio, due to play now; encoded once for every viewer that takes it.
+        (`due` is not needed: viewers' audio and video are timed by their own senders as they go out.)"""
         self.audio.offer(frame)
 
     def request_keyframe(self) -> None:

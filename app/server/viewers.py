@@ -7,8 +7,7 @@ import logging
 from collections import Counter
 from collections.abc import Callable
 
-import av
-
+from app.live.adapter import AudioListener
 from app.media.encoder import EncoderPolicy
 from app.media.peer import PeerConfig
 from app.media.whep import Viewer, ViewerHub
@@ -50,7 +49,7 @@ class Viewers:
         offer: str,
         listeners: list[Callable[[Image], None]],
         ended: asyncio.Event,
-        audio_listeners: list[Callable[[av.AudioFrame], None]] | None = None,
+        audio_listeners: list[AudioListener] | None = None,
     ) -> tuple[Viewer, str]:
         """A new viewer of the output `key`, whose frames go to `listeners` (its audio, if it has some, to
         `audio_listeners`) and which ends with `ended`. `AdmissionError` (503) when the output has its most."""
@@ -92,7 +91,7 @@ class Viewers:
         hub: ViewerHub,
         listeners: list[Callable[[Image], None]],
         ended: asyncio.Event,
-        audio_listeners: list[Callable[[av.AudioFrame], None]] | None,
+        audio_listeners: list[AudioListener] | None,
     ) -> None:
         try:
             await ended.wait()

@@ -62,6 +62,7 @@ def test_the_rtsp_output_carries_the_audio_in_sync_as_the_engine_slows_down(
     for offsets in phases:
         assert len(offsets) >= 4, phases  # both streams decoded, and the bursts found next to the flashes
         medians.append(float(np.median(offsets)))
-    # The offset does not follow the engine's latency: the audio waits for the video, whatever it takes.
-    assert abs(medians[1] - medians[0]) <= 40.0, phases
+    # The offset does not follow the engine's latency (a path that did would move by the whole 40 ms): the
+    # audio waits for the video, whatever it takes.
+    assert abs(medians[1] - medians[0]) <= 20.0, phases
     assert all(in_sync(m) for m in medians), phases

@@ -36,6 +36,9 @@ PAYLOAD_TYPE = 97
 # Chunks that arrive within this of where the previous one ended are laid end to end (event-loop and
 # network jitter measured here: a few ms, 20 ms at worst under load).
 CONTINUITY_S = 0.03
+# A chunk due earlier than where the stream already is by more than this has the overlap cut off; within
+# it, it is laid end to end (a few ms late at most, below what viewers notice).
+EARLY_TOLERANCE_S = 0.005
 # No audio for this long: silence is sent in its place (a few chunks, so a late chunk still fits in).
 SILENCE_AFTER_S = 0.1
 # Audio waiting for a stream that does not play is dropped beyond this.
@@ -90,6 +93,7 @@ class AudioFeed(AppsrcFeeder[tuple[Any, list[tuple[float, bytes]], bool]]):
         self.chunks_sent = 0
         self.silence_sent = 0
         self.dropped = 0
+        self.trimmed_ns = 0  # audio cut off chunks that overlapped what was already sent
         self._chunks: deque[tuple[float, bytes]] = deque()  # (monotonic time offered, PCM)
         self._prime = False
         self._watchers = 0
@@ -204,16 +208,23 @@ class AudioFeed(AppsrcFeeder[tuple[Any, list[tuple[float, bytes]], bool]]):
     def _push(self, appsrc: Any, pcm: bytes, pts: int) -> bool:
         """Send `pcm` at `pts`, or end to end with what was sent when that is close; False when it is dropped.
 
-        A chunk due well before where the stream already is (silence filled in while the caller stalled)
-        is dropped rather than sent late: sending it after would put every later chunk out of sync by the
-        stall, for good."""
+        A chunk that arrives a little late is laid end to end (the encoder wants a continuous signal). One
+        that is due before where the stream already is has its overlap cut off, and is dropped when nothing
+        is left: laying it end to end instead would leave every later chunk out of sync by the overlap, for
+        good, since a continuous run can only be pushed later, never earlier (silence filled in while the
+        caller stalled, or a run that began on a late chunk)."""
         Gst = self._gst.Gst
-        tolerance = int(CONTINUITY_S * NS)
-        if self._next_pts is not None and pts < self._next_pts - tolerance:
-            self.dropped += 1
-            return False
-        if self._next_pts is not None and pts < self._next_pts + tolerance:
-            pts = self._next_pts  # end to end (never overlapping what was sent)
+        if self._next_pts is not None:
+            overlap = self._next_pts - pts
+            if overlap > int(EARLY_TOLERANCE_S * NS):
+                cut = (overlap * RATE // NS) * BYTES_PER_SAMPLE
+                if cut >= len(pcm):
+                    self.dropped += 1
+                    return False
+                pcm = pcm[cut:]
+                self.trimmed_ns += overlap
+            if -int(CONTINUITY_S * NS) < overlap:
+                pts = self._next_pts  # end to end (never overlapping what was sent)
         duration = len(pcm) // BYTES_PER_SAMPLE * NS // RATE
         buffer = Gst.Buffer.new_wrapped(pcm)
         buffer.pts = max(0, pts)

@@ -139,11 +139,11 @@ class RtspPublisher:
             raise ValueError(f"expected a BGR uint8 HxWx3 image, got {image.dtype} {image.shape}")
         self._feed.offer(image)
 
-    def push_audio(self, frame: av.AudioFrame) -> None:
-        """Audio due to play now, in sync with the frame last pushed; returns at once. Ignored on a path
-        published without audio."""
+    def push_audio(self, frame: av.AudioFrame, due: float | None = None) -> None:
+        """Audio due to play now (or at `due`, a `time.monotonic()` instant), in sync with the frame pushed
+        then; returns at once. Ignored on a path published without audio."""
         if self._audio is not None:
-            self._audio.offer(frame)
+            self._audio.offer(frame, due)
 
     def request_keyframe(self) -> None:
         """Ask the encoder to make the next frame a keyframe (with SPS/PPS)."""

@@ -1,14 +1,54 @@
 """Prometheus metrics of one server instance, kept in its own registry so several apps can run in one process."""
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
 
 from app.pipeline.timing import StageTimer
 from app.runtime.torch_graphs import CaptureCollector
 
 STAGE_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.035, 0.05, 0.075, 0.1, 0.15, 0.25, 0.5, 1.0, 2.5)
 LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1.0, 2.0, 5.0)
+
+
+@dataclass(frozen=True)
+class ChannelFigures:
+    name: str
+    seconds_held: float
+    seconds_on_slate: float
+    consumers: dict[str, int]  # by transport: rtsp, whep
+
+
+class ChannelCollector(Collector):
+    """Per channel: seconds of held frame and of slate sent while nobody published, and consumers by
+    transport; read from the channels when scraped."""
+
+    def __init__(self) -> None:
+        self.figures: Callable[[], list[ChannelFigures]] = list
+
+    def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
+        held = CounterMetricFamily(
+            "swapcast_channel_held_seconds",
+            "Seconds a channel sent its last frame held (no publisher).",
+            labels=["channel"],
+        )
+        slate = CounterMetricFamily(
+            "swapcast_channel_slate_seconds", "Seconds a channel sent its slate (no publisher).", labels=["channel"]
+        )
+        consumers = GaugeMetricFamily(
+            "swapcast_channel_consumers", "Clients reading a channel, by transport.", labels=["channel", "transport"]
+        )
+        for figures in self.figures():
+            held.add_metric([figures.name], figures.seconds_held)
+            slate.add_metric([figures.name], figures.seconds_on_slate)
+            for transport, count in sorted(figures.consumers.items()):
+                consumers.add_metric([figures.name, transport], count)
+        yield held
+        yield slate
+        yield consumers
 
 
 class Metrics:
@@ -61,6 +101,14 @@ class Metrics:
             registry=r,
         )
         self.rtsp_clients = Gauge("swapcast_rtsp_clients", "Clients reading our RTSP outputs.", registry=r)
+        self.channel_publisher_changes = Counter(
+            "swapcast_channel_publisher_changes",
+            "Sessions or streams that started publishing into a channel.",
+            ["channel"],
+            registry=r,
+        )
+        self.channels = ChannelCollector()
+        r.register(self.channels)
         self.rtsp_clients.set_function(lambda: 0.0)
         for kind in ("session", "stream"):
             self.frames_in.labels(kind)

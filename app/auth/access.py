@@ -37,13 +37,17 @@ class Ownership:
 
 
 class Owners:
-    """The owner of each live session and stream, forgotten with the object."""
+    """The owner of each live session, stream and channel, forgotten with the object."""
 
     def __init__(self) -> None:
         self._owners: weakref.WeakKeyDictionary[object, Ownership] = weakref.WeakKeyDictionary()
 
     def set(self, resource: object, principal: Principal) -> None:
         self._owners[resource] = Ownership(principal.id, principal.credential)
+
+    def record(self, resource: object, owner: str, credential: str) -> None:
+        """An owner known from storage (a channel's), with the credential that made it ("" when none ends it)."""
+        self._owners[resource] = Ownership(owner, credential)
 
     def of(self, resource: object) -> Ownership | None:
         return self._owners.get(resource)

@@ -8,10 +8,8 @@ owned by someone else) is refused outright: whoever can write it can add an admi
 
 import fcntl
 import json
-import os
 import re
 import secrets
-import stat
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -20,6 +18,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from app.auth.bearer_secret import StoredSecret, credential_pattern, matches, new_secret, split
+from app.auth.private_file import private_file_problem
 from engines.atomic import atomic_path
 
 PREFIX = "sk_"
@@ -113,20 +112,9 @@ class KeyStore:
             self._stamp = stamp
 
     def _check_permissions(self) -> None:
-        try:
-            info = self.path.stat()
-        except FileNotFoundError:
-            return
-        if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-            raise KeyStoreError(
-                f"refusing the keys file {self.path}: other users can write it (mode {stat.S_IMODE(info.st_mode):o}); "
-                f"run `chmod 600 {self.path}`"
-            )
-        if info.st_uid != os.geteuid():
-            raise KeyStoreError(
-                f"refusing the keys file {self.path}: it belongs to user id {info.st_uid}, not to this server's "
-                f"({os.geteuid()})"
-            )
+        problem = private_file_problem(self.path, "the keys file")
+        if problem is not None:
+            raise KeyStoreError(problem)
 
     def _read(self) -> dict[str, KeyRecord]:
         try:

@@ -5,7 +5,8 @@ login, no TURN.
 
 Kept like API keys (`app.auth.bearer_secret`: an id to find the record, a salt and the SHA-256 of salt +
 secret; the secret is shown once), in memory: a token lives as long as its output, is revoked with `DELETE`,
-and ends with the credential that minted it.
+and ends with the credential that minted it. A channel's own token (`app.channels`) is kept with the channel
+instead, and ends when the channel's credentials are rotated or the channel is deleted.
 """
 
 import secrets
@@ -28,7 +29,7 @@ class TooManyViewerTokens(Exception):
 @dataclass(frozen=True)
 class ViewerToken:
     id: str
-    output: str  # `session/ID` or `stream/ID`
+    output: str  # `session/ID`, `stream/ID` or `channel/NAME`
     owner: str  # the output's owner
     minted_by: str  # the credential that minted it: revoking that credential revokes this token
     salt: str
@@ -43,6 +44,23 @@ class ViewerToken:
         return {"id": self.id, "output": self.output, "created": self.created}
 
 
+def new_viewer_token(output: str, owner: str, minted_by: str) -> tuple[ViewerToken, str]:
+    """A token for `output` and its record (which holds only the salted hash); `minted_by` is the credential
+    whose revocation ends it ("" for none)."""
+    token_id = secrets.token_hex(8)
+    secret, stored = new_secret()
+    record = ViewerToken(
+        id=token_id,
+        output=output,
+        owner=owner,
+        minted_by=minted_by,
+        salt=stored.salt,
+        hash=stored.hash,
+        created=datetime.now(UTC).isoformat(timespec="seconds"),
+    )
+    return record, f"{VIEWER_PREFIX}{token_id}_{secret}"
+
+
 class ViewerTokens:
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -50,22 +68,17 @@ class ViewerTokens:
 
     def mint(self, output: str, owner: str, minted_by: Principal) -> tuple[ViewerToken, str]:
         """A new token for `output`; returns its record and the token, which is not stored."""
-        token_id = secrets.token_hex(8)
-        secret, stored = new_secret()
-        record = ViewerToken(
-            id=token_id,
-            output=output,
-            owner=owner,
-            minted_by=minted_by.credential,
-            salt=stored.salt,
-            hash=stored.hash,
-            created=datetime.now(UTC).isoformat(timespec="seconds"),
-        )
+        record, token = new_viewer_token(output, owner, minted_by.credential)
         with self._lock:
             if sum(1 for t in self._tokens.values() if t.output == output) >= MAX_PER_OUTPUT:
                 raise TooManyViewerTokens(f"{output} has {MAX_PER_OUTPUT} viewer tokens already: revoke one first")
-            self._tokens[token_id] = record
-        return record, f"{VIEWER_PREFIX}{token_id}_{secret}"
+            self._tokens[record.id] = record
+        return record, token
+
+    def adopt(self, record: ViewerToken) -> None:
+        """Accept a token kept elsewhere (a channel's, stored with the channel so that it outlives restarts)."""
+        with self._lock:
+            self._tokens[record.id] = record
 
     def verify(self, token: str) -> Principal | None:
         """The viewer principal this token stands for, or None. Constant time in the secret."""

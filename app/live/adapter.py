@@ -3,7 +3,7 @@ ingest stream are both a `LiveOutput` to the routes, the viewers and the revocat
 
 import asyncio
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 import av
 
@@ -12,6 +12,25 @@ from app.pipeline.identity_map import FaceSources
 from app.provenance.service import FrameMarker
 
 AudioListener = Callable[[av.AudioFrame, float], None]  # a frame and the monotonic instant it is due
+
+
+class Watchable(Protocol):
+    """What a WHEP viewer needs of the output it watches (a session, a stream or a channel)."""
+
+    @property
+    def id(self) -> str: ...
+
+    @property
+    def ended(self) -> asyncio.Event: ...
+
+    @property
+    def output_listeners(self) -> list[OutputListener]: ...
+
+    @property
+    def audio_listeners(self) -> list[AudioListener] | None: ...
+
+    @property
+    def keyframe_listeners(self) -> list[Callable[[], None]] | None: ...
 
 
 class LiveOutput:
@@ -45,6 +64,11 @@ class LiveOutput:
     @property
     def audio_listeners(self) -> list[AudioListener] | None:
         """Where the output's audio goes, for outputs that carry audio; None for video-only ones."""
+        return None
+
+    @property
+    def keyframe_listeners(self) -> list[Callable[[], None]] | None:
+        """Called when the output's next frame should start on a keyframe; None where nothing asks for one."""
         return None
 
     def stats(self) -> dict[str, Any]:

@@ -151,6 +151,7 @@ class Session(LiveOutput):
         self._publisher: Any = None
         self.rtsp_path = f"/session/{self.id}"
         self.rtsp_url = rtsp_url(self.rtsp_path) if (rtsp_url and publisher_factory) else None
+        self.channel: str | None = None  # the channel it publishes into, if any
         # The newest decoded frame not yet taken: put by the receive task, taken by an executor thread.
         self._pending: Mailbox[tuple[av.VideoFrame, float]] = Mailbox(
             on_drop=lambda reason, _count: self.core.drop(reason), wakes_loop=True
@@ -398,6 +399,7 @@ class Session(LiveOutput):
             "created": self.created,
             **self.core.stats(),
             "rtsp_url": self.rtsp_url,
+            "channel": self.channel,
             "close_reason": self.close_reason,
             "ice": self.ice.describe(),
         }

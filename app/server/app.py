@@ -13,7 +13,9 @@ from fastapi.staticfiles import StaticFiles
 from app.auth.access import Access
 from app.auth.browser import BrowserGuard
 from app.auth.guard import PUBLIC
+from app.channels.store import ChannelStore
 from app.server.address_limit import AddressLimiter, AddressLimitMiddleware, AddressLimits
+from app.server.channels import ChannelManager, ChannelOptions
 from app.server.drain import Drain, DrainGate
 from app.server.errors import install_error_handlers
 from app.server.limits import BodyLimitMiddleware
@@ -22,6 +24,7 @@ from app.server.public_url import AbsoluteLocation
 from app.server.revocation import RevocationWatcher
 from app.server.routes import (
     audio,
+    channels,
     health,
     identities,
     operations,
@@ -51,6 +54,15 @@ def create_app(
     state = ServerState(settings, pipeline_factory, on_change)
     access = Access(settings.access, bind_host=settings.host, public_host=settings.public_host)
     watcher = RevocationWatcher(state, access)
+    state.channels = ChannelManager(
+        ChannelStore(settings.channel_store_dir()),
+        state.rtsp,
+        access,
+        state.metrics,
+        ChannelOptions(settings.channel_hold_s, settings.channel_slate, settings.max_channels_per_principal),
+        whep_viewers=state.viewers.count,
+    )
+    state.metrics.channels.figures = lambda: state.channels.figures() if state.channels is not None else []
     drain = Drain(settings.drain_timeout_s, lambda: len(state.sessions or ()) + len(state.streams or ()))
     state.metrics.session_capacity.set_function(
         lambda: float(settings.max_sessions) if state.ready and not drain.draining else 0.0
@@ -99,7 +111,7 @@ def create_app(
             allow_origins=settings.access.cors_origins,
             allow_methods=["GET", "POST", "PATCH", "DELETE"],
             allow_headers=["Authorization", "Content-Type", "X-Swapcast"],
-            expose_headers=["Location", "X-RTSP-URL"],
+            expose_headers=["Location", "X-RTSP-URL", "X-Channel"],
         )
     # Before authentication and before any body is read: per client address (app/server/address_limit.py).
     address_limits = AddressLimits(posts=settings.rate_per_address, auth_failures=settings.rate_auth_failures)
@@ -115,6 +127,7 @@ def create_app(
     app.include_router(whep.router)
     app.include_router(viewer_tokens.router)
     app.include_router(audio.router)
+    app.include_router(channels.router)
 
     @app.get("/", include_in_schema=False, dependencies=PUBLIC)
     async def index() -> FileResponse:
@@ -129,6 +142,11 @@ def create_app(
     @app.get("/view/stream/{stream_id}", include_in_schema=False, dependencies=PUBLIC)
     async def stream_viewer_page(stream_id: str) -> FileResponse:
         """The same page for an ingest stream's output."""
+        return FileResponse(STATIC_DIR / "view.html", headers={"Cache-Control": "no-cache"})
+
+    @app.get("/view/channel/{name}", include_in_schema=False, dependencies=PUBLIC)
+    async def channel_viewer_page(name: str) -> FileResponse:
+        """The same page for a channel: its address never changes, whoever publishes into it."""
         return FileResponse(STATIC_DIR / "view.html", headers={"Cache-Control": "no-cache"})
 
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")

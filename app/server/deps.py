@@ -7,6 +7,7 @@ from fastapi import Depends, Request
 from app.identity.store import IdentityStore
 from app.observability import Metrics
 from app.pipeline.pipeline import FramePipeline
+from app.server.channels import ChannelManager
 from app.server.revocation import RevocationWatcher
 from app.server.sessions import SessionManager
 from app.server.settings import ServerSettings
@@ -50,6 +51,11 @@ def get_pipeline(state: StateDep) -> FramePipeline:
     if not state.ready or state.pipeline is None:
         raise not_ready(state)
     return state.pipeline
+
+
+def get_channels(state: StateDep) -> ChannelManager:
+    """Channels work before the models are loaded: their consumers get the slate meanwhile."""
+    return state.require_channels()
 
 
 def get_sessions(state: StateDep) -> SessionManager:

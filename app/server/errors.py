@@ -13,12 +13,14 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
 from app.auth.viewer_tokens import TooManyViewerTokens
+from app.channels.store import ChannelExists, ChannelNameInvalid
 from app.identity.consent import ConsentInvalid
 from app.identity.images import ImageRejected
 from app.identity.quota import QuotaExceeded
 from app.identity.store import IdentityNotFound, IdentityUnreadable
 from app.media.peer import MediaUnavailable, OfferError
 from app.server.admission import AdmissionError
+from app.server.channels import ChannelNotFound, ChannelsUnavailable, TooManyChannels
 from app.server.ingest_policy import SourceRefused
 from app.server.ratelimit import RateLimited
 from app.server.sessions import SessionNotFound
@@ -42,6 +44,11 @@ STATUS_OF: dict[type[Exception], int] = {
     StreamsUnavailable: 503,
     StreamNotFailed: 409,
     SourceRefused: 422,
+    ChannelNotFound: 404,
+    ChannelExists: 409,
+    TooManyChannels: 409,
+    ChannelNameInvalid: 422,
+    ChannelsUnavailable: 503,
 }
 
 

@@ -1,5 +1,6 @@
 """The two kinds of live output the API serves alike, a session's and an ingest stream's: their common routes
-(listing, reading, switching identity, WHEP, viewer tokens) are written once and registered per kind."""
+(listing, reading, switching identity, WHEP, viewer tokens) are written once and registered per kind. Channels
+are watched through the same WHEP routes."""
 
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -11,8 +12,9 @@ from app.auth.access import Access
 from app.auth.guard import requires
 from app.auth.principal import Principal
 from app.auth.scopes import SESSIONS, STREAMS
-from app.live.adapter import LiveOutput
-from app.server.deps import get_sessions, get_streams
+from app.live.adapter import LiveOutput, Watchable
+from app.server.channels import Channel, ChannelNotFound
+from app.server.deps import get_channels, get_sessions, get_streams
 from app.server.owned import owned_output
 from app.server.sessions import SessionNotFound
 from app.server.state import ServerState
@@ -40,6 +42,11 @@ class OutputKind:
         output: LiveOutput = self.manager(state).get(output_id)
         return owned_output(output, self.singular, principal, access, self.not_found)
 
+    def watched(self, state: ServerState, output_id: str, principal: Principal, access: Access) -> Watchable:
+        """The same, for the routes that only watch the output (WHEP), which channels have too."""
+        output: Watchable = self.manager(state).get(output_id)
+        return owned_output(output, self.singular, principal, access, self.not_found)
+
     def every(self, state: ServerState) -> list[LiveOutput]:
         """All live outputs of the kind, whoever owns them."""
         return list(self.manager(state).outputs())
@@ -62,3 +69,15 @@ class OutputKind:
 SESSION_OUTPUTS = OutputKind("sessions", SESSIONS, get_sessions, SessionNotFound)
 STREAM_OUTPUTS = OutputKind("streams", STREAMS, get_streams, StreamNotFound)
 OUTPUT_KINDS = (SESSION_OUTPUTS, STREAM_OUTPUTS)
+CHANNEL_OUTPUTS = OutputKind("channels", SESSIONS, get_channels, ChannelNotFound)
+# What WHEP viewers may watch: every live output, and channels, whoever publishes into them.
+WATCHED_KINDS = (*OUTPUT_KINDS, CHANNEL_OUTPUTS)
+
+
+def owned_channel(state: ServerState, name: str, principal: Principal, access: Access) -> Channel:
+    """The channel if `principal` owns it (or is admin): publishing into it and managing it; 404 otherwise."""
+    channels = state.require_channels()
+    channel = channels.get(name)
+    if not access.owners.visible(principal, channel):
+        raise ChannelNotFound(name)
+    return channel

@@ -13,6 +13,8 @@ import secrets
 from collections.abc import Callable
 from typing import Protocol
 
+import av
+
 from app.media.encoder import EncoderPolicy
 from app.media.rtsp_out import RtspServer
 from app.pipeline.types import Image
@@ -22,6 +24,10 @@ log = logging.getLogger(__name__)
 
 class FramePublisher(Protocol):
     def push(self, image: Image) -> None: ...
+
+    def push_audio(self, frame: av.AudioFrame, due: float | None = None) -> None: ...
+
+    def request_keyframe(self) -> None: ...
 
     def close(self) -> None: ...
 
@@ -83,26 +89,42 @@ class RtspOutput:
         if server is not None:
             _stop_quietly(server)
 
-    def publish(self, path: str, width: int, height: int, fps: int = 30, *, audio: bool = False) -> FramePublisher:
+    def publish(
+        self,
+        path: str,
+        width: int,
+        height: int,
+        fps: int = 30,
+        *,
+        audio: bool = False,
+        login: tuple[str, str] | None = None,
+    ) -> FramePublisher:
         """Serve `path` at (even-rounded) `width`x`height`; frames of another size are resized on push. With
-        `audio`, the path has an Opus stream too, fed by the publisher's `push_audio`."""
+        `audio`, the path has an Opus stream too, fed by the publisher's `push_audio`. `login` replaces the
+        path's derived one (a channel's, which outlives this process)."""
         if self._server is None:
             raise RuntimeError(self.reason or "RTSP output is off")
         even_width, even_height = max(2, width - width % 2), max(2, height - height % 2)
-        login = self.login(path) if self.authenticate else None
+        login = (login or self.login(path)) if self.authenticate else None
         publisher: FramePublisher = self._server.publish(path, even_width, even_height, fps, login=login, audio=audio)
         return publisher
+
+    def change_login(self, path: str, login: tuple[str, str]) -> None:
+        """A published path's new login; clients that play it are disconnected (they logged in with the old)."""
+        if self._server is not None and self.authenticate:
+            self._server.change_login(path, login)
 
     def login(self, path: str) -> tuple[str, str]:
         """The user name and password that may play `path` (unique to the path, 144 bits of password)."""
         digest = hmac.new(self._login_secret, ("/" + path.lstrip("/")).encode(), hashlib.sha256).digest()
         return f"u{digest[:6].hex()}", base64.urlsafe_b64encode(digest[6:24]).decode()
 
-    def url(self, path: str) -> str:
-        """The URL a client plays `path` at, with the path's login when the server authenticates."""
+    def url(self, path: str, login: tuple[str, str] | None = None) -> str:
+        """The URL a client plays `path` at, with the path's login (derived, or `login`) when the server
+        authenticates."""
         base = self.base_url()
         if self.authenticate:
-            user, password = self.login(path)
+            user, password = login or self.login(path)
             base = base.replace("rtsp://", f"rtsp://{user}:{password}@", 1)
         return f"{base}{path.lstrip('/')}"
 

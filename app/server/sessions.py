@@ -72,11 +72,19 @@ class SessionManager:
         return session
 
     async def open(
-        self, offer: str, identity_id: str, source: FaceSources, owner: str = "", *, label: bool | None = None
+        self,
+        offer: str,
+        identity_id: str,
+        source: FaceSources,
+        owner: str = "",
+        *,
+        label: bool | None = None,
+        own_rtsp: bool = True,
     ) -> tuple[Session, str]:
         """Admit (against the global and the owner's capacity), negotiate and register a session; returns it with
         the SDP answer. Its frames carry a mark issued to it and `owner` (and the visible label if `label`, or by
-        default when the settings say so)."""
+        default when the settings say so). Without `own_rtsp` it gets no RTSP path of its own (it publishes into
+        a channel, which has one)."""
         with self._admission.reserve(owner):
             session = Session(
                 identity_id=identity_id,
@@ -86,8 +94,8 @@ class SessionManager:
                 metrics=self._metrics,
                 config=self.config,
                 on_closed=self._closed,
-                publisher_factory=self._publisher_factory,
-                rtsp_url=self._rtsp_url,
+                publisher_factory=self._publisher_factory if own_rtsp else None,
+                rtsp_url=self._rtsp_url if own_rtsp else None,
             )
             try:
                 if self._provenance is not None:

@@ -64,6 +64,23 @@ class ServerSettings(BaseSettings):
         default_factory=default_identity_dir,
         description="Where identities (photos, thumbnails, prepared data, consent records) are stored.",
     )
+    channel_dir: Path | None = Field(
+        None,
+        description=(
+            "Where channels (named outputs whose URLs never change) and the secret their RTSP passwords come "
+            "from are kept; replicas share it. Unset: `channels` beside the identity directory."
+        ),
+    )
+    channel_hold_s: float = Field(
+        5.0, ge=0.0, le=600.0, description="Seconds a channel shows its last frame, frozen, before its slate."
+    )
+    channel_slate: Path | None = Field(
+        None, description="Image a channel shows while nobody publishes into it; unset: a plain 'Be right back' card."
+    )
+    channel_width: int = Field(1280, ge=16, le=3840, multiple_of=2, description="A new channel's picture width.")
+    channel_height: int = Field(720, ge=16, le=2160, multiple_of=2, description="A new channel's picture height.")
+    channel_fps: int = Field(30, ge=1, le=60, description="A new channel's frame rate.")
+    max_channels_per_principal: int = Field(8, ge=1, description="Channels one principal may own (409 beyond).")
     identity_cache_items: int = Field(64, ge=1, description="Prepared identities kept in memory.")
     max_upload_bytes: int = Field(
         10 * 1024 * 1024, ge=1024, description="Size of one identity upload, all its photos together (413 beyond)."
@@ -299,6 +316,9 @@ class ServerSettings(BaseSettings):
             max_per_client=self.max_connections_per_client,
             max_header_bytes=self.max_header_bytes,
         )
+
+    def channel_store_dir(self) -> Path:
+        return self.channel_dir if self.channel_dir is not None else self.identity_dir.parent / "channels"
 
     def url_host(self) -> str:
         if self.public_host:

@@ -6,11 +6,13 @@ import logging
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
+from typing import Any, TypeVar
 
 import numpy as np
 from prometheus_client import CollectorRegistry
 
 from app.auth.failures import FailureDelay
+from app.channels.store import ChannelStoreError
 from app.identity.cache import IdentityCache
 from app.identity.embedder import REFERENCE, build_embedder, reference_preparer
 from app.identity.enrol import re_preparer
@@ -29,6 +31,7 @@ from app.pipeline.identity_map import FaceEmbedder
 from app.pipeline.pipeline import FramePipeline
 from app.pipeline.swap import PreparedSource
 from app.provenance.service import Provenance
+from app.server.channels import ChannelManager, ChannelsUnavailable
 from app.server.ingest_policy import IngestPolicy
 from app.server.media_addresses import media_host_addresses
 from app.server.ratelimit import RateLimiter, RateLimits
@@ -42,6 +45,7 @@ from engines.store import ModelStore
 
 log = logging.getLogger(__name__)
 
+T = TypeVar("T")
 PipelineFactory = Callable[[PipelineSettings], FramePipeline]
 StateListener = Callable[["ServerState"], None]
 # Background embedding threads for identity maps (dlib runs one face batch at a time anyway).
@@ -166,6 +170,9 @@ class ServerState:
         self.prepared_spec: PreparedSpec | None = None
         # Stored identities found damaged (id -> reason): left out of lists, refused with 409, deletable.
         self.damaged: dict[str, str] = {}
+        # Set by the app (it needs the access control's owners and viewer tokens); None once it failed to start.
+        self.channels: ChannelManager | None = None
+        self.channels_problem: str | None = None
         self.sessions: SessionManager | None = None
         self.streams: StreamManager | None = None
         self.peer_config = peer_config(settings)
@@ -187,8 +194,31 @@ class ServerState:
         await self._audit_store()
         await loop.run_in_executor(self.control_executor, self.rtsp.start)
         self.metrics.count_rtsp_clients_with(self._rtsp_clients)
+        await self._start_channels()
         self._load_task = loop.create_task(self._load())
         self._announce()
+
+    async def _start_channels(self) -> None:
+        """Channels serve from start-up (their consumers see the slate while models load); a store that cannot
+        be used turns channels off, with the reason, and the rest of the server runs."""
+        channels = self.channels
+        if channels is None:
+            return
+        try:
+            await asyncio.get_running_loop().run_in_executor(self.control_executor, channels.start)
+        except (ChannelStoreError, OSError, ValueError) as exc:
+            self.channels = None
+            self.channels_problem = f"channels are off: {exc}"
+            log.error("%s", self.channels_problem)
+
+    async def run_control(self, fn: Callable[..., T], *args: Any) -> T:
+        """`fn(*args)` on the control pool (identity and channel work: never on the event loop)."""
+        return await asyncio.get_running_loop().run_in_executor(self.control_executor, fn, *args)
+
+    def require_channels(self) -> ChannelManager:
+        if self.channels is None:
+            raise ChannelsUnavailable(self.channels_problem or "channels are off")
+        return self.channels
 
     async def _load(self) -> None:
         loop = asyncio.get_running_loop()
@@ -279,6 +309,8 @@ class ServerState:
             closers.append(self.streams.close_all(grace))
         results = await asyncio.gather(*closers, return_exceptions=True)
         await self.viewers.close_all()
+        if self.channels is not None:
+            await self.channels.stop()
         if not all(r is True for r in results):
             log.warning("some sessions or streams did not close within %.1f s", grace)
         loop = asyncio.get_running_loop()
@@ -372,4 +404,6 @@ class ServerState:
             paths += self.sessions.rtsp_paths()
         if self.streams is not None:
             paths += self.streams.rtsp_paths()
+        if self.channels is not None:
+            paths += self.channels.rtsp_paths()
         return self.rtsp.client_count(paths)

@@ -59,9 +59,10 @@ class GiveUp:
 
 
 class LazyPublisher:
-    """Opens the RTSP path at the first frame, when the output size is known. Thread-safe like the publisher."""
+    """Opens the RTSP path at the first frame, when the output size is known. Thread-safe like the publisher.
+    Without `rtsp` (a stream that publishes into a channel), frames go nowhere from here."""
 
-    def __init__(self, rtsp: RtspOutput, path: str, fps: int = 30) -> None:
+    def __init__(self, rtsp: RtspOutput | None, path: str, fps: int = 30) -> None:
         self._rtsp = rtsp
         self._path = path
         self._fps = fps
@@ -72,12 +73,12 @@ class LazyPublisher:
     def open(self, width: int, height: int) -> None:
         """Publish the path now, at this size (when the source's size is known before its first frame)."""
         with self._lock:
-            if self._publisher is None and not self._closed:
+            if self._publisher is None and not self._closed and self._rtsp is not None:
                 self._publisher = self._rtsp.publish(self._path, width, height, self._fps)
 
     def push(self, image: Image) -> None:
         with self._lock:
-            if self._closed:
+            if self._closed or self._rtsp is None:
                 return
             if self._publisher is None:
                 height, width = image.shape[:2]
@@ -122,6 +123,8 @@ class Stream(LiveOutput):
         self.created = datetime.now(UTC).isoformat(timespec="seconds")
         self.rtsp_path = f"/stream/{self.id}"
         self.rtsp_url: str | None = None
+        self.own_rtsp = True  # False when it publishes into a channel, which has the RTSP path
+        self.channel: str | None = None
         self.worker: IngestWorker | None = None
         self.publisher: LazyPublisher | None = None
         self.state = "starting"
@@ -192,6 +195,7 @@ class Stream(LiveOutput):
             "created": self.created,
             **self.core.stats(),
             "rtsp_url": self.rtsp_url,
+            "channel": self.channel,
             "stats": {k: v for k, v in worker_stats.items() if isinstance(v, int | float | str | None)},
         }
 
@@ -267,6 +271,7 @@ class StreamManager:
         owner: str = "",
         requested_url: str | None = None,
         label: bool | None = None,
+        own_rtsp: bool = True,
     ) -> Stream:
         """Start pulling, swapping and publishing; the output carries a mark issued to this stream and `owner`.
         A live `source_url` has just passed `source_check` (the caller checks `requested_url`, as the client gave
@@ -283,7 +288,8 @@ class StreamManager:
                 owner=owner,
                 requested_url=requested_url,
             )
-            stream.rtsp_url = self._rtsp.url(stream.rtsp_path)
+            stream.own_rtsp = own_rtsp
+            stream.rtsp_url = self._rtsp.url(stream.rtsp_path) if own_rtsp else None
             if self._provenance is not None:
                 stream.marker = await self._provenance.marker_async(
                     kind="stream", ref=stream.id, identity=identity_id, owner=owner or None, label=label
@@ -312,7 +318,7 @@ class StreamManager:
         checked first). Waits up to `PROBE_TIMEOUT_S` for that open, so that with the source's size known the RTSP
         path exists at once; otherwise it appears with the first frame. A new stream thus costs the source one
         DESCRIBE from the check and one from FFmpeg's open."""
-        publisher = stream.publisher = LazyPublisher(self._rtsp, stream.rtsp_path)
+        publisher = stream.publisher = LazyPublisher(self._rtsp if stream.own_rtsp else None, stream.rtsp_path)
         loop = self._loop = asyncio.get_running_loop()
         checked = self._source_check is not None and is_live_source(stream.requested_url)
         first_open = threading.Event()  # the worker's first open is over, whether it worked or not

@@ -43,6 +43,11 @@ class Viewers:
     def hub(self, key: str) -> ViewerHub | None:
         return self._hubs.get(key)
 
+    def count(self, key: str) -> int:
+        """Viewers of the output `key` now."""
+        hub = self._hubs.get(key)
+        return len(hub.viewers()) if hub is not None else 0
+
     async def add(
         self,
         key: str,
@@ -50,6 +55,7 @@ class Viewers:
         listeners: list[Callable[[Image], None]],
         ended: asyncio.Event,
         audio_listeners: list[AudioListener] | None = None,
+        keyframe_listeners: list[Callable[[], None]] | None = None,
     ) -> tuple[Viewer, str]:
         """A new viewer of the output `key`, whose frames go to `listeners` (its audio, if it has some, to
         `audio_listeners`) and which ends with `ended`. `AdmissionError` (503) when the output has its most."""
@@ -63,7 +69,9 @@ class Viewers:
             listeners.append(hub.offer)
             if audio_listeners is not None:
                 audio_listeners.append(hub.offer_audio)
-            task = loop.create_task(self._close_with(key, hub, listeners, ended, audio_listeners))
+            if keyframe_listeners is not None:
+                keyframe_listeners.append(hub.request_keyframe)
+            task = loop.create_task(self._close_with(key, hub, listeners, ended, audio_listeners, keyframe_listeners))
             task.set_name(f"viewers-{key}")
             self._watchers.add(task)
             task.add_done_callback(self._watchers.discard)
@@ -92,10 +100,13 @@ class Viewers:
         listeners: list[Callable[[Image], None]],
         ended: asyncio.Event,
         audio_listeners: list[AudioListener] | None,
+        keyframe_listeners: list[Callable[[], None]] | None,
     ) -> None:
         try:
             await ended.wait()
         finally:
+            if keyframe_listeners is not None and hub.request_keyframe in keyframe_listeners:
+                keyframe_listeners.remove(hub.request_keyframe)
             self._hubs.pop(key, None)
             if hub.offer in listeners:
                 listeners.remove(hub.offer)

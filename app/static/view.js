@@ -7,9 +7,10 @@
 
 (() => {
   const video = document.getElementById("video");
-  const parts = location.pathname.split("/").filter(Boolean); // view/ID or view/stream/ID
+  const parts = location.pathname.split("/").filter(Boolean); // view/ID, view/stream/ID or view/channel/NAME
   const outputId = decodeURIComponent(parts.pop() || "");
-  const kind = parts.length > 1 && parts[1] === "stream" ? "streams" : "sessions";
+  const kinds = { stream: "streams", channel: "channels" };
+  const kind = (parts.length > 1 && kinds[parts[1]]) || "sessions";
   const token = new URLSearchParams(location.search).get("token");
   const withAudio = new URLSearchParams(location.search).get("audio") === "1";
   const endpoint = `/v1/${kind}/${encodeURIComponent(outputId)}/whep`;

@@ -220,6 +220,23 @@ class RtspServer:
         log.info("RTSP publishing %s at %dx%d@%d, %d kbit/s%s", path, width, height, fps, kbps, " with audio" * audio)
         return publisher
 
+    def change_login(self, path: str, login: tuple[str, str]) -> None:
+        """Give a published path a new password (the user name stays: the path's factory grants its role) and
+        disconnect the clients playing it with the old one."""
+        gst = require_bindings()
+        path = normalise_path(path)
+        with self._lock:
+            old = self._logins.get(path)
+            if old is None or old[0] != login[0]:
+                raise UserError(f"RTSP path {path} has no login for user {login[0]}")
+            self._logins[path] = login
+            server = self._server
+            if self._auth is not None:
+                remove_login(self._auth, old[0])
+                add_login(gst, self._auth, *login)
+        if server is not None:
+            self._disconnect_clients(server, path)
+
     def unpublish(self, path: str) -> None:
         """Remove `path` and disconnect the clients playing it; no-op if it is not published."""
         path = normalise_path(path)

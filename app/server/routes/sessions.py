@@ -7,6 +7,7 @@ from fastapi import APIRouter, HTTPException, Path, Query, Request, Response
 from app.auth.guard import AccessDep, SessionsUser, client_address
 from app.identity.store import IdentityNotFound
 from app.pipeline.identity_map import identities_of
+from app.server.channels import CHANNEL_NAME_MAX
 from app.server.deps import RevocationDep, SessionsDep, StateDep
 from app.server.identity_maps import (
     MAX_MAP_ENTRIES,
@@ -15,6 +16,7 @@ from app.server.identity_maps import (
     sources_for,
 )
 from app.server.limits import media_type, read_capped
+from app.server.outputs import owned_channel
 from app.server.owned import owned_session
 
 router = APIRouter(prefix="/v1/sessions", tags=["sessions"])
@@ -29,7 +31,9 @@ async def create_session(
     state: StateDep,
     sessions: SessionsDep,
     revocation: RevocationDep,
+    access: AccessDep,
     identity: Annotated[str | None, Query(max_length=64)] = None,
+    channel: Annotated[str | None, Query(min_length=1, max_length=CHANNEL_NAME_MAX)] = None,
     label: Annotated[bool | None, Query()] = None,
     map: Annotated[list[str] | None, Query(max_length=MAX_MAP_ENTRIES * 130)] = None,
     match_threshold: Annotated[float | None, Query(ge=MIN_MATCH_THRESHOLD, le=1.0)] = None,
@@ -37,7 +41,9 @@ async def create_session(
     """Body: the client's SDP offer (`Content-Type: application/sdp`, ICE gathering complete). `identity` swaps
     every face; or `map=PERSON:IDENTITY` (repeated) swaps each person's face with their identity and leaves other
     faces as they are (`match_threshold`: the cosine similarity a face needs to a person). `label=true` puts
-    the visible "AI-generated" label on the output (the settings' default otherwise)."""
+    the visible "AI-generated" label on the output (the settings' default otherwise). `channel=NAME` publishes
+    the swapped video into that channel of yours (its RTSP URL comes back in `X-RTSP-URL`), taking over from
+    the session or stream that published there before, which is ended."""
     settings = state.settings
     state.rate_limiter.hit("sessions", principal.id, client_address(request))
     if media_type(request) != "application/sdp":
@@ -53,13 +59,18 @@ async def create_session(
     if "\x00" in offer:
         raise HTTPException(400, "the offer contains NUL characters")
     chosen, source = await sources_for(state, principal, None, identity or None, entries, match_threshold)
-    session, answer = await sessions.open(offer, chosen, source, principal.id, label=label)
+    target = owned_channel(state, channel, principal, access) if channel is not None else None
+    session, answer = await sessions.open(offer, chosen, source, principal.id, label=label, own_rtsp=target is None)
     revocation.output_started(session, principal)
     for used in sorted({chosen} | identities_of(source)):
         if not state.store.exists(used):  # deleted while this session was negotiated
             await session.close("identity deleted")
             raise IdentityNotFound(used)
     headers = {"Location": f"/v1/sessions/{session.id}"}
+    if target is not None:
+        state.require_channels().attach(target, session, session.close)
+        session.channel, session.rtsp_url = target.id, target.rtsp_url
+        headers["X-Channel"] = target.id
     if session.rtsp_url:
         headers["X-RTSP-URL"] = session.rtsp_url
     return Response(answer, status_code=201, media_type="application/sdp", headers=headers)

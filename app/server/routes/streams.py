@@ -1,6 +1,7 @@
 """RTSP ingest streams: pull an RTSP camera (or, when allowed, a local file), publish the swapped video."""
 
 import asyncio
+from functools import partial
 from pathlib import Path as FilePath
 from typing import Annotated, Any
 from urllib.parse import urlsplit
@@ -9,9 +10,11 @@ from fastapi import APIRouter, HTTPException, Path, Request, Response
 from pydantic import Field
 
 from app.auth.guard import AccessDep, StreamsUser, client_address
+from app.server.channels import CHANNEL_NAME_MAX
 from app.server.deps import RevocationDep, StateDep, StreamsDep
 from app.server.identity_maps import SourceChoice, sources_for
 from app.server.ingest_policy import CheckedSource
+from app.server.outputs import owned_channel
 from app.server.owned import owned_stream
 from app.server.settings import ServerSettings
 
@@ -25,6 +28,8 @@ class StreamRequest(SourceChoice):
 
     source_url: str = Field(min_length=1, max_length=2048)
     label: bool | None = None  # the visible "AI-generated" label; the settings' default when not given
+    # A channel of the caller's to publish into (taking over from its publisher), instead of a path of its own.
+    channel: str | None = Field(None, min_length=1, max_length=CHANNEL_NAME_MAX)
 
 
 def check_source(url: str, settings: ServerSettings) -> str:
@@ -63,6 +68,7 @@ async def create_stream(
     state: StateDep,
     streams: StreamsDep,
     revocation: RevocationDep,
+    access: AccessDep,
     response: Response,
 ) -> dict[str, Any]:
     state.rate_limiter.hit("streams", principal.id, client_address(http))
@@ -71,6 +77,7 @@ async def create_stream(
     chosen, source = await sources_for(  # before probing anything for the request
         state, principal, None, request.identity, request.map, request.match_threshold
     )
+    target = owned_channel(state, request.channel, principal, access) if request.channel is not None else None
     checked = await _checked(state, source_url)
     stream = await streams.open(
         checked.connect_url,
@@ -80,8 +87,13 @@ async def create_stream(
         owner=principal.id,
         requested_url=source_url,
         label=request.label,
+        own_rtsp=target is None,
     )
     revocation.output_started(stream, principal)
+    if target is not None:
+        state.require_channels().attach(target, stream, partial(revocation.close_stream, stream))
+        stream.rtsp_url = target.rtsp_url
+        stream.channel = target.id
     response.headers["Location"] = f"/v1/streams/{stream.id}"
     return stream.stats()
 

@@ -17,7 +17,7 @@ from app.auth.principal import Principal
 from app.media.whep import Viewer
 from app.server.deps import StateDep
 from app.server.limits import media_type, read_capped
-from app.server.outputs import OUTPUT_KINDS, OutputKind
+from app.server.outputs import WATCHED_KINDS, OutputKind
 from app.server.state import ServerState
 from app.server.viewers import ViewerNotFound
 
@@ -59,12 +59,12 @@ def add_routes(kind: OutputKind) -> None:
     ) -> Response:
         """Body: the viewer's SDP offer (`Content-Type: application/sdp`, receive only, ICE gathering
         complete, H.264; an audio section gets the output's audio where it has some)."""
-        output = kind.owned(state, output_id, principal, access)
+        output = kind.watched(state, output_id, principal, access)
         state.rate_limiter.hit("viewers", principal.id, client_address(request))
         offer = await read_offer(request, state)
         key = kind.key(output.id)
         viewer, answer = await state.viewers.add(
-            key, offer, output.output_listeners, output.ended, output.audio_listeners
+            key, offer, output.output_listeners, output.ended, output.audio_listeners, output.keyframe_listeners
         )
         access.owners.set(viewer, principal)  # revoking the credential that opened it ends it
         location = f"/v1/{kind.plural}/{output.id}/whep/{viewer.id}"
@@ -72,7 +72,7 @@ def add_routes(kind: OutputKind) -> None:
 
     @router.get(kind.path("/whep"), name=f"{kind.singular}_viewers")
     async def listing(output_id: OutputId, principal: User, access: AccessDep, state: StateDep) -> dict[str, object]:
-        hub = state.viewers.hub(kind.key(kind.owned(state, output_id, principal, access).id))
+        hub = state.viewers.hub(kind.key(kind.watched(state, output_id, principal, access).id))
         return {
             "viewers": [v.stats() for v in hub.viewers()] if hub is not None else [],
             "frames_encoded": hub.frames_encoded if hub is not None else 0,
@@ -82,10 +82,10 @@ def add_routes(kind: OutputKind) -> None:
     async def stop(
         output_id: OutputId, viewer_id: ViewerId, principal: Watcher, access: AccessDep, state: StateDep
     ) -> Response:
-        output = kind.owned(state, output_id, principal, access)
+        output = kind.watched(state, output_id, principal, access)
         await stoppable_viewer(state, kind.key(output.id), viewer_id, principal, access).request_close()
         return Response(status_code=200)
 
 
-for output_kind in OUTPUT_KINDS:
+for output_kind in WATCHED_KINDS:
     add_routes(output_kind)

@@ -1,0 +1,92 @@
+"""Channels: named outputs whose addresses never change. The owner creates one once, puts its RTSP URL (or its
+viewer page) into OBS, and every session or stream that publishes into it (`channel=NAME`) shows there, with
+the last frame held and then a slate in between. The RTSP login and the viewer token are shown when the
+channel is created or rotated; the RTSP URL (derived, never stored) also on `GET`."""
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Path, Request, Response
+from pydantic import BaseModel, ConfigDict, Field
+
+from app.auth.guard import AccessDep, SessionsUser, client_address
+from app.auth.principal import Principal
+from app.server.channels import CHANNEL_NAME_MAX, Channel, ChannelManager
+from app.server.deps import StateDep
+from app.server.outputs import owned_channel
+from app.server.state import ServerState
+
+router = APIRouter(prefix="/v1/channels", tags=["channels"])
+
+ChannelName = Annotated[str, Path(min_length=1, max_length=CHANNEL_NAME_MAX)]
+
+
+class ChannelRequest(BaseModel):
+    """`name`: 1-63 lowercase letters, digits, `-` and `_` (it is the channel's address); the picture's size and
+    rate default to the server's settings."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(min_length=1, max_length=CHANNEL_NAME_MAX)
+    width: int | None = Field(None, ge=16, le=3840, multiple_of=2)
+    height: int | None = Field(None, ge=16, le=2160, multiple_of=2)
+    fps: int | None = Field(None, ge=1, le=60)
+
+
+def describe(channels: ChannelManager, channel: Channel) -> dict[str, Any]:
+    return {**channel.stats(channels.consumers(channel)), "rtsp_url": channel.rtsp_url}
+
+
+def with_token(channels: ChannelManager, channel: Channel, token: str) -> dict[str, Any]:
+    """The channel and its new viewer token, shown this once (the server keeps only its hash)."""
+    view = describe(channels, channel)
+    return {**view, "viewer_token": token, "view_url": f"{view['view_url']}?token={token}"}
+
+
+def owned(state: ServerState, name: str, principal: Principal, access: Any) -> tuple[ChannelManager, Channel]:
+    return state.require_channels(), owned_channel(state, name, principal, access)
+
+
+@router.post("", status_code=201)
+async def create_channel(
+    body: ChannelRequest, request: Request, principal: SessionsUser, state: StateDep, response: Response
+) -> dict[str, Any]:
+    """A new channel of yours. 409 when the name is taken or you hold your most channels."""
+    channels = state.require_channels()
+    state.rate_limiter.hit("credentials", principal.id, client_address(request))
+    s = state.settings
+    size = (body.width or s.channel_width, body.height or s.channel_height, body.fps or s.channel_fps)
+    channel, token = await state.run_control(channels.create, body.name, principal.id, *size)
+    response.headers["Location"] = f"/v1/channels/{channel.id}"
+    return with_token(channels, channel, token)
+
+
+@router.get("")
+async def list_channels(principal: SessionsUser, state: StateDep, access: AccessDep) -> dict[str, Any]:
+    channels = state.require_channels()
+    visible = [c for c in channels.outputs() if access.owners.visible(principal, c)]
+    return {"channels": [describe(channels, c) for c in sorted(visible, key=lambda c: c.id)]}
+
+
+@router.get("/{name}")
+async def get_channel(name: ChannelName, principal: SessionsUser, state: StateDep, access: AccessDep) -> dict[str, Any]:
+    channels, channel = owned(state, name, principal, access)
+    return describe(channels, channel)
+
+
+@router.post("/{name}/rotate")
+async def rotate_channel(
+    name: ChannelName, request: Request, principal: SessionsUser, state: StateDep, access: AccessDep
+) -> dict[str, Any]:
+    """A new RTSP password and viewer token; the old ones stop working and their clients are disconnected."""
+    channels, channel = owned(state, name, principal, access)
+    state.rate_limiter.hit("credentials", principal.id, client_address(request))
+    channel, token = await state.run_control(channels.rotate, channel.id)
+    return with_token(channels, channel, token)
+
+
+@router.delete("/{name}", status_code=204)
+async def delete_channel(name: ChannelName, principal: SessionsUser, state: StateDep, access: AccessDep) -> Response:
+    """Delete the channel: its consumers are disconnected and its publisher is ended."""
+    channels, channel = owned(state, name, principal, access)
+    await channels.delete(channel.id)
+    return Response(status_code=204)

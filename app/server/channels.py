@@ -102,6 +102,7 @@ class Channel:
 
     def stats(self, consumers: dict[str, int] | None = None) -> dict[str, Any]:
         return {
+            "id": self.id,
             **self.record.public(),
             "rtsp_path": rtsp_path(self.id),
             "whep_url": f"/v1/channels/{self.id}/whep",

@@ -27,14 +27,15 @@ class OutputKind:
     scope: str
     manager: Callable[[ServerState], Any]  # the kind's manager (503 while the server is not ready)
     not_found: Callable[[str], LookupError]
+    id_name: str = "id"  # what the path parameter calls the output: session_id, ..., a channel's `name`
 
     @property
     def singular(self) -> str:  # in output keys: session/ID
         return self.plural[:-1]
 
     @property
-    def param(self) -> str:  # the path parameter's name: session_id
-        return f"{self.singular}_id"
+    def param(self) -> str:  # the path parameter's name: session_id, stream_id, name
+        return f"{self.singular}_id" if self.id_name == "id" else self.id_name
 
     def owned(self, state: ServerState, output_id: str, principal: Principal, access: Access) -> LiveOutput:
         """The output if `principal` may use it (its owner, admin, or a viewer token of it on the routes that
@@ -69,7 +70,7 @@ class OutputKind:
 SESSION_OUTPUTS = OutputKind("sessions", SESSIONS, get_sessions, SessionNotFound)
 STREAM_OUTPUTS = OutputKind("streams", STREAMS, get_streams, StreamNotFound)
 OUTPUT_KINDS = (SESSION_OUTPUTS, STREAM_OUTPUTS)
-CHANNEL_OUTPUTS = OutputKind("channels", SESSIONS, get_channels, ChannelNotFound)
+CHANNEL_OUTPUTS = OutputKind("channels", SESSIONS, get_channels, ChannelNotFound, id_name="name")
 # What WHEP viewers may watch: every live output, and channels, whoever publishes into them.
 WATCHED_KINDS = (*OUTPUT_KINDS, CHANNEL_OUTPUTS)
 

@@ -110,6 +110,7 @@ def server_settings(identity_dir: Path, **overrides: Any) -> ServerSettings:
         "rate_sessions": "100000/minute",
         "rate_streams": "100000/minute",
         "rate_viewers": "100000/minute",
+        "rate_credentials": "100000/minute",
         "rate_per_address": "100000/minute",
         "rate_auth_failures": "100000/minute",
     }

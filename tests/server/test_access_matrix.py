@@ -8,6 +8,7 @@ fails the test, so no route can be added unguarded."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -91,6 +92,7 @@ def viewer_offer() -> str:
     return asyncio.run(make())
 
 
+CHANNEL_NAMES = (f"matrix-{n}" for n in itertools.count())
 SUCCEEDS = ("owner", "admin")  # callers whose DELETE really deletes: they get fresh resources
 
 
@@ -157,9 +159,29 @@ class World:
 
         return self._owned("stream", fresh, make)
 
+    def channel(self, fresh: bool = False) -> str:
+        """A channel of the owner's (its name); its own viewer token is kept as `channel-token`."""
+
+        def make() -> str:
+            response = self.call("POST", "/v1/channels", self.creds.owner, json={"name": next(CHANNEL_NAMES)})
+            assert response.status_code == 201, response.text
+            if not fresh:
+                self.cached["channel-token"] = response.json()["viewer_token"]
+            return str(response.json()["name"])
+
+        return self._owned("channel", fresh, make)
+
+    def channel_token(self) -> str:
+        self.channel()
+        return self.cached["channel-token"]
+
+    def output(self, kind: str) -> str:
+        """The owner's cached output of `kind`."""
+        return {"sessions": self.session, "streams": self.stream, "channels": self.channel}[kind]()
+
     def viewer(self, kind: str, fresh: bool = False) -> str:
-        """A WHEP viewer of the owner's cached session or stream: its resource path."""
-        output = self.session() if kind == "sessions" else self.stream()
+        """A WHEP viewer of the owner's cached session, stream or channel: its resource path."""
+        output = self.output(kind)
 
         def make() -> str:
             response = self.call(
@@ -243,6 +265,14 @@ def item(method: str, template: str, make: Callable[[World, bool], str], **kwarg
 def sessions_post(w: World, caller: str) -> Request:
     sdp = {"content": w.offer, "headers": {"Content-Type": "application/sdp"}}
     return "POST", f"/v1/sessions?identity={w.identity()}", sdp
+
+
+def channels_post(w: World, caller: str) -> Request:
+    return "POST", "/v1/channels", {"json": {"name": next(CHANNEL_NAMES), "width": 320, "height": 240}}
+
+
+def rotate_post(w: World, caller: str) -> Request:
+    return "POST", f"/v1/channels/{w.channel(fresh=caller in SUCCEEDS)}/rotate", {"headers": {"X-Swapcast": "1"}}
 
 
 def streams_post(w: World, caller: str) -> Request:
@@ -337,6 +367,17 @@ CASES: dict[tuple[str, str], Case] = {
     ("POST", "/v1/server/drain"): Case(plain("POST", "/v1/server/drain"), 403, 403, admin=202, skip=("admin",)),
     ("GET", "/v1/server/drain"): Case(plain("GET", "/v1/server/drain"), 200, 200),
     ("GET", "/v1/ice-servers"): Case(plain("GET", "/v1/ice-servers"), 200, 200),
+    ("POST", "/v1/channels"): Case(channels_post, 201, 201),
+    ("GET", "/v1/channels"): Case(listing("channels", World.channel), 200, 200, check_list="channels"),
+    ("GET", "/v1/channels/{name}"): Case(item("GET", "/v1/channels/{}", World.channel), 200, 404),
+    # Rotating the cached channel would change the token the viewer-token cases use: the owner and admin get
+    # fresh channels.
+    ("POST", "/v1/channels/{name}/rotate"): Case(rotate_post, 200, 404),
+    ("DELETE", "/v1/channels/{name}"): Case(item("DELETE", "/v1/channels/{}", World.channel), 204, 404),
+    ("POST", "/v1/channels/{name}/whep"): Case(whep_post("channels", World.channel), 201, 404, viewer=201),
+    ("GET", "/v1/channels/{name}/whep"): Case(item("GET", "/v1/channels/{}/whep", World.channel), 200, 404),
+    ("DELETE", "/v1/channels/{name}/whep/{viewer_id}"): Case(whep_delete("channels"), 200, 404, viewer=404),
+    ("GET", "/view/channel/{name}"): Case(item("GET", "/view/channel/{}", World.channel), 200, 200),
 }
 
 
@@ -380,6 +421,8 @@ def credential_for(caller: str, world: World, scope: str | None, route_path: str
         kind = "streams" if route_path.startswith("/v1/streams") else "sessions"
         if caller == "foreign_viewer_token":
             return world.viewer_token("sessions", world.foreign_session())[1]
+        if route_path.startswith("/v1/channels"):
+            return world.channel_token()
         return world.viewer_token(kind, world.stream() if kind == "streams" else world.session())[1]
     return {
         "none": None,

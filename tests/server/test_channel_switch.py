@@ -105,7 +105,11 @@ def test_consumers_stay_connected_through_a_publisher_switch(
         assert back is not None and back - result["second_at"] <= 2.0 + 1.0, report  # + the session's own start
         assert "red" not in {s for t, s in seen.frames if t > back}, report  # no frame of the old publisher after
     channel = result["channel"]
-    print("channel publisher switch:", json.dumps(report), json.dumps({k: channel[k] for k in ("publisher_changes", "seconds_on_slate", "seconds_held", "consumers")}))
+    print(
+        "channel publisher switch:",
+        json.dumps(report),
+        json.dumps({k: channel[k] for k in ("publisher_changes", "seconds_on_slate", "seconds_held", "consumers")}),
+    )
     assert channel["publisher_changes"] == 2 and channel["seconds_on_slate"] > 0, channel
     assert channel["consumers"] == {"rtsp": 1, "whep": 1}, channel
     assert result["session"]["channel"] == "evening"

@@ -101,12 +101,13 @@ class ChannelFeed:
         self.keyframe_listeners: list[Callable[[], None]] = []
         self.counters = ChannelCounters()
         self._clock = clock
-        self._lock = threading.Lock()
+        self._lock = threading.Condition()
         self._publisher: str | None = None
         self._keyframe_due = False
-        self._last: Image | None = None
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._fill, name=f"channel-{name}", daemon=True)
+        self._pending: Image | None = None  # the newest published frame, not yet sent
+        self._last: Image | None = None  # the last one sent, at the channel's size
+        self._stopped = False
+        self._thread = threading.Thread(target=self._run, name=f"channel-{name}", daemon=True)
         self._thread.start()
 
     @property
@@ -119,6 +120,7 @@ class ChannelFeed:
         with self._lock:
             self._publisher = publisher
             self._keyframe_due = True
+            self._pending = None
             c = self.counters
             c.publisher_changes += 1
             c.publisher_since = now
@@ -132,22 +134,15 @@ class ChannelFeed:
                 self.counters.publisher_since = None
 
     def publish(self, publisher: str, image: Image) -> None:
-        """A processed frame of `publisher` (from its thread); ignored unless it is the current publisher."""
+        """A processed frame of `publisher`; ignored unless it is the current publisher. Returns at once (it may
+        be called on an event loop): the feed's thread fits and sends it, the newest only."""
         with self._lock:
             if publisher != self._publisher:
                 return
-        sized = fit(image, self.width, self.height)
-        with self._lock:
-            if publisher != self._publisher:
-                return
-            keyframe, self._keyframe_due = self._keyframe_due, False
-            self._last = sized
+            self._pending = image
             self.counters.frames_published += 1
             self.counters.last_publisher_frame = self._clock()
-        if keyframe:
-            for listener in list(self.keyframe_listeners):
-                listener()
-        self._send(sized)
+            self._lock.notify()
 
     def publish_audio(self, publisher: str, frame: av.AudioFrame, due: float) -> None:
         if publisher != self._publisher:
@@ -174,7 +169,9 @@ class ChannelFeed:
             }
 
     def close(self) -> None:
-        self._stop.set()
+        with self._lock:
+            self._stopped = True
+            self._lock.notify()
         self._thread.join(timeout=2.0)
         self.output_listeners.clear()
         self.audio_listeners.clear()
@@ -188,15 +185,25 @@ class ChannelFeed:
             return "held", self._last
         return "slate", self.slate
 
-    def _fill(self) -> None:
+    def _run(self) -> None:
+        """Send each published frame as it comes; between them, fill in at the channel's rate."""
         interval = 1.0 / self.fps
-        next_at = self._clock()
-        while not self._stop.is_set():
-            now = self._clock()
-            if now < next_at:
-                self._stop.wait(next_at - now)
+        next_fill = self._clock()
+        while True:
+            with self._lock:
+                while not self._stopped and self._pending is None and self._clock() < next_fill:
+                    self._lock.wait(max(0.0, next_fill - self._clock()))
+                if self._stopped:
+                    return
+                pending, self._pending = self._pending, None
+                keyframe = pending is not None and self._keyframe_due
+                if keyframe:
+                    self._keyframe_due = False
+            if pending is not None:
+                self._send_published(pending, keyframe)
                 continue
-            next_at = max(next_at + interval, now)  # after a stall, go on from now rather than catch up
+            now = self._clock()
+            next_fill = max(next_fill + interval, now)  # after a stall, go on from now rather than catch up
             with self._lock:
                 last = self.counters.last_publisher_frame
                 if last is not None and now - last < GAP_S:
@@ -209,6 +216,15 @@ class ChannelFeed:
                     self.counters.frames_slate += 1
                     self.counters.seconds_on_slate += interval
             self._send(image)
+
+    def _send_published(self, image: Image, keyframe: bool) -> None:
+        sized = fit(image, self.width, self.height)
+        with self._lock:
+            self._last = sized
+        if keyframe:
+            for listener in list(self.keyframe_listeners):
+                listener()
+        self._send(sized)
 
     def _send(self, image: Image) -> None:
         for listener in list(self.output_listeners):

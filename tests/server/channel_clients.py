@@ -2,21 +2,17 @@
 along the bottom, kept by the swap, which changes only the face), and consumers that record, per decoded
 frame, when it came and what it showed (a publisher's band, or the slate)."""
 
-import asyncio
-import contextlib
 import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import av
-import httpx
 import numpy as np
-from aiortc import RTCConfiguration, RTCPeerConnection, RTCSessionDescription
-from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
 
 from app.media.rtsp_in import LIVE_OPTIONS
 from app.pipeline.types import Image
+from tests.server.whep_client import WhepReceiver
 
 BAND = 24  # rows at the bottom of each publisher's frames
 COLOURS = {"red": (0, 0, 255), "blue": (255, 0, 0), "green": (0, 255, 0)}  # BGR
@@ -95,37 +91,11 @@ class RtspConsumer:
 
 
 @dataclass
-class WhepConsumer:
-    """A receive-only aiortc viewer of a WHEP endpoint that records what every decoded frame shows."""
+class WhepConsumer(WhepReceiver):
+    """A WHEP viewer that records what every decoded frame shows."""
 
     seen: Seen = field(default_factory=Seen)
-    pc: RTCPeerConnection = field(default_factory=lambda: RTCPeerConnection(RTCConfiguration(iceServers=[])))
-    _reader: asyncio.Task[None] | None = None
 
-    async def connect(self, http: httpx.AsyncClient, url: str, token: str | None = None) -> httpx.Response:
-        self.pc.addTransceiver("video", direction="recvonly")
-        remote: asyncio.Future[MediaStreamTrack] = asyncio.get_running_loop().create_future()
-        self.pc.on("track", lambda track: remote.done() or remote.set_result(track))
-        await self.pc.setLocalDescription(await self.pc.createOffer())
-        headers = {"Content-Type": "application/sdp"}
-        if token is not None:
-            headers["Authorization"] = f"Bearer {token}"
-        response = await http.post(url, content=self.pc.localDescription.sdp, headers=headers)
-        if response.status_code == 201:
-            await self.pc.setRemoteDescription(RTCSessionDescription(sdp=response.text, type="answer"))
-            self._reader = asyncio.ensure_future(self._read(await remote))
-        return response
-
-    async def _read(self, track: MediaStreamTrack) -> None:
-        with contextlib.suppress(MediaStreamError):
-            while True:
-                frame = await track.recv()
-                if isinstance(frame, av.VideoFrame):
-                    image = np.asarray(frame.to_ndarray(format="bgr24"), np.uint8)
-                    self.seen.frames.append((time.monotonic(), what_it_shows(image)))
-
-    async def close(self) -> None:
-        if self._reader is not None:
-            self._reader.cancel()
-            await asyncio.gather(self._reader, return_exceptions=True)
-        await self.pc.close()
+    def on_frame(self, frame: av.VideoFrame) -> None:
+        image = np.asarray(frame.to_ndarray(format="bgr24"), np.uint8)
+        self.seen.frames.append((time.monotonic(), what_it_shows(image)))

@@ -19,7 +19,7 @@ from app.pipeline.pipeline import FramePipeline
 from app.settings import PipelineSettings
 from tests.helpers import wait_for_async
 from tests.server.channel_clients import RtspConsumer, WhepConsumer, banded
-from tests.server.harness import server_settings, start_server, upload
+from tests.server.harness import camera_file, server_settings, start_server, upload
 
 UNAVAILABLE = rtsp_unavailable_reason()
 pytestmark = pytest.mark.skipif(UNAVAILABLE is not None, reason=f"GStreamer RTSP unavailable: {UNAVAILABLE}")
@@ -113,3 +113,39 @@ def test_consumers_stay_connected_through_a_publisher_switch(
     assert channel["publisher_changes"] == 2 and channel["seconds_on_slate"] > 0, channel
     assert channel["consumers"] == {"rtsp": 1, "whep": 1}, channel
     assert result["session"]["channel"] == "evening"
+
+
+@pytest.mark.slow
+def test_an_ingest_stream_publishes_into_a_channel_and_a_session_takes_over(
+    tmp_path: Path, pipeline_factory: Callable[[PipelineSettings], FramePipeline], tom_png: bytes, clip: MotionClip
+) -> None:
+    settings = server_settings(
+        tmp_path / "identities", rtsp_enabled=True, rtsp_port=0, channel_hold_s=HOLD_S, allow_file_sources=True
+    )
+    camera = camera_file(tmp_path, MotionClip(banded(clip.frames, "green"), clip.matrices, clip.fps), 15)
+    with start_server(settings, pipeline_factory) as server:
+        identity = upload(server.base_url, tom_png, "tom.png").json()["id"]
+
+        async def run() -> tuple[dict, dict, list[str]]:
+            async with httpx.AsyncClient(base_url=server.base_url, timeout=30) as http:
+                body = {"name": "cam", "width": 640, "height": 480, "fps": 15}
+                channel = (await http.post("/v1/channels", json=body)).json()
+                rtsp = RtspConsumer(channel["rtsp_url"])
+                made = await http.post(
+                    "/v1/streams", json={"source_url": str(camera), "identity": identity, "channel": "cam"}
+                )
+                assert made.status_code == 201, made.text
+                stream = made.json()
+                assert await wait_for_async(lambda: rtsp.seen.first("green") is not None, 60), rtsp.seen.errors
+                session, started = await publish(http, banded(clip.frames, "blue"), identity, "cam")
+                assert await wait_for_async(lambda: rtsp.seen.first("blue", started) is not None, 60)
+                gone = await http.get(f"/v1/streams/{stream['id']}")
+                state = (await http.get("/v1/channels/cam")).json()
+                await session.close()
+                rtsp.stop()
+            return stream, state, [str(gone.status_code), *rtsp.seen.errors]
+
+        stream, state, rest = asyncio.run(run())
+    assert stream["channel"] == "cam" and stream["rtsp_url"] == state["rtsp_url"]
+    assert rest == ["404"]  # the stream was ended when the session took over; the consumer never failed
+    assert [p["publisher"].split("/")[0] for p in state["publishers"]] == ["stream", "session"]

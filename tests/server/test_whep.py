@@ -2,7 +2,6 @@
 pull the session's swapped output over WHEP and read the stamps back."""
 
 import asyncio
-import contextlib
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -12,8 +11,6 @@ import av
 import httpx
 import numpy as np
 import pytest
-from aiortc import RTCConfiguration, RTCPeerConnection, RTCSessionDescription
-from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
 
 from app.bench.rtc_client import RtcClient, luma, read_stamp, stamp
 from app.media.clips import MotionClip, write_clip
@@ -24,48 +21,21 @@ from app.settings import PipelineSettings
 from tests.helpers import wait_for_async
 from tests.server.harness import RunningServer, upload
 from tests.server.test_rtsp_outputs import rtsp_server
+from tests.server.whep_client import WhepReceiver
 
 RTSP_UNAVAILABLE = rtsp_unavailable_reason()
 
 
 @dataclass
-class WhepViewer:
-    """A receive-only aiortc peer that POSTs its offer WHEP-style and records the stamped ids it decodes."""
+class WhepViewer(WhepReceiver):
+    """A WHEP viewer that records the stamped ids it decodes."""
 
-    pc: RTCPeerConnection = field(default_factory=lambda: RTCPeerConnection(RTCConfiguration(iceServers=[])))
     received: list[tuple[int, float]] = field(default_factory=list)
-    location: str | None = None
-    _reader: asyncio.Task[None] | None = None
 
-    async def connect(self, http: httpx.AsyncClient, url: str) -> httpx.Response:
-        self.pc.addTransceiver("video", direction="recvonly")
-        remote: asyncio.Future[MediaStreamTrack] = asyncio.get_running_loop().create_future()
-        self.pc.on("track", lambda track: remote.done() or remote.set_result(track))
-        await self.pc.setLocalDescription(await self.pc.createOffer())
-        response = await http.post(
-            url, content=self.pc.localDescription.sdp, headers={"Content-Type": "application/sdp"}
-        )
-        if response.status_code != 201:
-            return response
-        self.location = response.headers["location"]
-        await self.pc.setRemoteDescription(RTCSessionDescription(sdp=response.text, type="answer"))
-        self._reader = asyncio.ensure_future(self._read(await remote))
-        return response
-
-    async def _read(self, track: MediaStreamTrack) -> None:
-        with contextlib.suppress(MediaStreamError):
-            while True:
-                frame = await track.recv()
-                assert isinstance(frame, av.VideoFrame)
-                frame_id = read_stamp(luma(frame))
-                if frame_id is not None:
-                    self.received.append((frame_id, time.monotonic()))
-
-    async def close(self) -> None:
-        if self._reader is not None:
-            self._reader.cancel()
-            await asyncio.gather(self._reader, return_exceptions=True)
-        await self.pc.close()
+    def on_frame(self, frame: av.VideoFrame) -> None:
+        frame_id = read_stamp(luma(frame))
+        if frame_id is not None:
+            self.received.append((frame_id, time.monotonic()))
 
 
 @pytest.mark.slow

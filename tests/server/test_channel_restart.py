@@ -18,7 +18,7 @@ from app.media.rtsp_in import LIVE_OPTIONS
 from app.media.rtsp_out import rtsp_unavailable_reason
 from app.pipeline.pipeline import FramePipeline
 from app.settings import PipelineSettings
-from tests.helpers import wait_for
+from tests.helpers import wait_for, wait_for_async
 from tests.server.channel_clients import RtspConsumer, WhepConsumer
 from tests.server.harness import server_settings, start_server
 
@@ -48,6 +48,18 @@ async def whep_status(base_url: str, whep_url: str, token: str) -> int:
     return status
 
 
+async def watch_until_rotated(base_url: str, channel: dict, owner: dict[str, str]) -> dict:
+    """Watch the channel over WHEP with its viewer token, rotate its credentials, and see the viewer end."""
+    viewer = WhepConsumer()
+    async with httpx.AsyncClient(base_url=base_url, timeout=30) as http:
+        assert (await viewer.connect(http, channel["whep_url"], channel["viewer_token"])).status_code == 201
+        assert await wait_for_async(lambda: len(viewer.seen.frames) > 3, 30)
+        rotated = (await http.post(f"/v1/channels/{channel['name']}/rotate", headers=owner)).json()
+        ended = await wait_for_async(lambda: viewer.pc.connectionState in ("closed", "failed"), 20)
+    await viewer.close()
+    return {"rotated": rotated, "ended": ended}
+
+
 @pytest.mark.slow
 def test_urls_and_credentials_survive_a_restart_and_rotation_ends_them(
     tmp_path: Path, pipeline_factory: Callable[[PipelineSettings], FramePipeline]
@@ -75,8 +87,9 @@ def test_urls_and_credentials_survive_a_restart_and_rotation_ends_them(
 
         playing = RtspConsumer(channel["rtsp_url"])
         assert wait_for(lambda: len(playing.seen.frames) > 3, 30), playing.seen.errors
-        rotated = httpx.post(f"{server.base_url}/v1/channels/desk-cam/rotate", headers=owner).json()
-        assert "rtsp_url" in rotated, rotated
+        watching = asyncio.run(watch_until_rotated(server.base_url, channel, owner))
+        rotated = watching["rotated"]
+        assert watching["ended"], "the WHEP viewer opened with the old token was not disconnected"
         assert rotated["rtsp_url"] != channel["rtsp_url"] and rotated["viewer_token"] != channel["viewer_token"]
         # The consumer that logged in with the old password is disconnected, and cannot come back with it.
         assert wait_for(lambda: playing.seen.errors or not playing._thread.is_alive(), 20)

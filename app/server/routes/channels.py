@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from app.auth.guard import AccessDep, SessionsUser, client_address
 from app.auth.principal import Principal
 from app.server.channels import CHANNEL_NAME_MAX, Channel, ChannelManager
-from app.server.deps import StateDep
+from app.server.deps import RevocationDep, StateDep
 from app.server.outputs import owned_channel
 from app.server.state import ServerState
 
@@ -75,12 +75,19 @@ async def get_channel(name: ChannelName, principal: SessionsUser, state: StateDe
 
 @router.post("/{name}/rotate")
 async def rotate_channel(
-    name: ChannelName, request: Request, principal: SessionsUser, state: StateDep, access: AccessDep
+    name: ChannelName,
+    request: Request,
+    principal: SessionsUser,
+    state: StateDep,
+    access: AccessDep,
+    revocation: RevocationDep,
 ) -> dict[str, Any]:
     """A new RTSP password and viewer token; the old ones stop working and their clients are disconnected."""
     channels, channel = owned(state, name, principal, access)
     state.rate_limiter.hit("credentials", principal.id, client_address(request))
+    old_token = channel.record.token
     channel, token = await state.run_control(channels.rotate, channel.id)
+    await revocation.revoke_viewer_token(old_token)  # the WHEP viewers opened with it end now
     return with_token(channels, channel, token)
 
 

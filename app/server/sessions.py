@@ -3,6 +3,7 @@
 What a session does with its media lives in `app.media.webrtc.Session`."""
 
 import asyncio
+import functools
 from collections.abc import Callable
 from concurrent.futures import Executor
 
@@ -40,10 +41,18 @@ class SessionManager:
         self.pipeline = pipeline
         self._provenance = provenance
         self.config = config
-        self._executor = executor
         self._metrics = metrics
-        self._publisher_factory = publisher_factory
-        self._rtsp_url = rtsp_url
+        # What every session of this server is made with; `open` adds its identity and source.
+        self._new_session = functools.partial(
+            Session,
+            pipeline=pipeline,
+            executor=executor,
+            metrics=metrics,
+            config=config,
+            on_closed=self._closed,
+            publisher_factory=publisher_factory,
+            rtsp_url=rtsp_url,
+        )
         self._admission: Admission[Session] = Admission(
             kind=KIND,
             capacity=config.max_sessions,
@@ -78,17 +87,7 @@ class SessionManager:
         the SDP answer. Its frames carry a mark issued to it and `owner` (and the visible label if `label`, or by
         default when the settings say so)."""
         with self._admission.reserve(owner):
-            session = Session(
-                identity_id=identity_id,
-                source=source,
-                pipeline=self.pipeline,
-                executor=self._executor,
-                metrics=self._metrics,
-                config=self.config,
-                on_closed=self._closed,
-                publisher_factory=self._publisher_factory,
-                rtsp_url=self._rtsp_url,
-            )
+            session = self._new_session(identity_id=identity_id, source=source)
             try:
                 if self._provenance is not None:
                     session.marker = await self._provenance.marker_async(

@@ -11,6 +11,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, InvalidStateError
+from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Generic, TypeVar
 
@@ -26,17 +27,15 @@ T = TypeVar("T")
 R = TypeVar("R")
 
 
+@dataclass(slots=True, eq=False)  # eq=False: items stay hashable and compare by identity
 class _Item(Generic[T, R]):
     """One submitted item with the future its caller waits on."""
 
-    __slots__ = ("deadline", "enqueued", "future", "session", "value")
-
-    def __init__(self, value: T, session: str, deadline: float | None, enqueued: float, future: Future[R]) -> None:
-        self.value = value
-        self.session = session
-        self.deadline = deadline
-        self.enqueued = enqueued
-        self.future = future
+    value: T
+    session: str
+    deadline: float | None
+    enqueued: float
+    future: Future[R]
 
     def cancelled(self) -> bool:
         return self.future.cancelled()

@@ -16,7 +16,7 @@ import contextlib
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 from typing import Any
 
 import av
@@ -44,20 +44,28 @@ def latency_summary(latencies_ms: list[float]) -> dict[str, Any]:
 
 
 @dataclass
-class RtspCell:
+class CellCounts:
+    """What every cell of the server benchmark counts, whether its frames went over WebRTC or RTSP; the counts
+    are keyword-only, so each kind of cell names its own fields after `server` and `resolution`."""
+
     server: str
     resolution: str
+    _: KW_ONLY
     latencies_ms: list[float] = field(default_factory=list)
-    fps: float = 0.0
     sent: int = 0
     returned: int = 0
     unreadable: int = 0
     server_dropped: int | None = None
+    server_cpu_ms_per_frame: float | None = None
+    failed: str | None = None
+
+
+@dataclass
+class RtspCell(CellCounts):
+    fps: float = 0.0
     server_latency_p50_ms: float | None = None
     server_hops_ms: dict[str, dict[str, float]] | None = None
     detections: dict[str, int] | None = None
-    server_cpu_ms_per_frame: float | None = None
-    failed: str | None = None
 
     def summary(self) -> dict[str, Any]:
         return {

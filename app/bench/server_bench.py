@@ -43,7 +43,7 @@ from aiortc.mediastreams import MediaStreamTrack
 from fastapi import FastAPI, Request, Response
 
 from app.bench.rtc_client import RtcClient
-from app.bench.rtsp_ingest_cell import RtspCell, compare_to_sessions, latency_summary, run_rtsp_cell
+from app.bench.rtsp_ingest_cell import CellCounts, RtspCell, compare_to_sessions, latency_summary, run_rtsp_cell
 from app.pipeline.types import Image
 
 ECHO = "echo"
@@ -78,21 +78,12 @@ class ServerBenchConfig:
 
 
 @dataclass
-class Cell:
-    server: str
-    resolution: str
+class Cell(CellCounts):
     sessions: int
-    latencies_ms: list[float] = field(default_factory=list)
     fps: list[float] = field(default_factory=list)
-    sent: int = 0
-    returned: int = 0
-    unreadable: int = 0
-    server_dropped: int | None = None
     server_latency_p50_ms: list[float] = field(default_factory=list)
     server_hops_ms: list[dict[str, dict[str, float]]] = field(default_factory=list)
     detections: Counter[str] = field(default_factory=Counter)
-    server_cpu_ms_per_frame: float | None = None
-    failed: str | None = None
 
     def summary(self) -> dict[str, Any]:
         return {

@@ -1,12 +1,10 @@
 """`swapcast bench-encoder`: live H.264 encode time against quality (PSNR/SSIM) per x264 preset, JSON out."""
 
 import argparse
-import json
-import sys
 from typing import cast, get_args
 
 from app.commands.arguments import counts, int_between, names, names_from
-from app.commands.bench_args import check_bench_args
+from app.commands.bench_args import check_bench_args, print_report
 from app.commands.options import add_output_argument
 from app.settings import X264Preset
 
@@ -36,8 +34,4 @@ def run(args: argparse.Namespace) -> int:
         threads=tuple(args.threads),
         frames=args.frames,
     )
-    text = json.dumps(run_encoder_bench(config), indent=2)
-    sys.stdout.write(text + "\n")
-    if args.output is not None:
-        args.output.write_text(text + "\n", encoding="utf-8")
-    return 0
+    return print_report(run_encoder_bench(config), args.output)

@@ -1,12 +1,12 @@
 """`swapcast bench-server`: round-trip latency and fps of WebRTC sessions, our server against a bare aiortc echo."""
 
 import argparse
-import json
 import sys
-from pathlib import Path
 
 from app.commands.arguments import counts, int_between, names, names_from, non_negative_float, one_of, positive_float
-from app.commands.bench_args import check_bench_args
+from app.commands.bench_args import check_bench_args, print_report
+from app.commands.from_args import picked
+from app.commands.options import add_output_argument
 from app.names import SWAP_ENGINES
 
 CODECS = ("H264", "VP8")
@@ -54,7 +54,7 @@ def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None
         help="skip the RTSP-ingest cell (a stream from a local RTSP source, per engine and resolution)",
     )
     p.add_argument("--in-process", action="store_true", help="run the servers in this process's threads, not their own")
-    p.add_argument("--output", type=Path, default=None, help="also write the JSON here")
+    add_output_argument(p)
     p.set_defaults(func=run)
 
 
@@ -63,23 +63,11 @@ def run(args: argparse.Namespace) -> int:
 
     check_bench_args(args.resolutions, RESOLUTIONS, args.output)
     config = ServerBenchConfig(
-        seconds=args.seconds,
-        warmup=args.warmup,
-        sessions=args.sessions,
+        **picked(args, "seconds", "warmup", "sessions", "codec", "fps", "echo_encoder", "client_encoder", "in_process"),
         resolutions=tuple(args.resolutions),
         engines=tuple(args.engines),
         echo=not args.no_echo,
-        codec=args.codec,
-        fps=args.fps,
         face_lost=not args.no_face_lost,
-        echo_encoder=args.echo_encoder,
-        client_encoder=args.client_encoder,
-        in_process=args.in_process,
         rtsp_ingest=not args.no_rtsp_ingest,
     )
-    result = run_server_bench(config, progress=sys.stderr.isatty())
-    text = json.dumps(result, indent=2)
-    print(text)
-    if args.output is not None:
-        args.output.write_text(text + "\n", encoding="utf-8")
-    return 0
+    return print_report(run_server_bench(config, progress=sys.stderr.isatty()), args.output)

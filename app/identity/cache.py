@@ -48,18 +48,23 @@ class IdentityCacheStats:
     bytes: int
 
 
+# The counts `IdentityCacheStats` reports, each also exported as the counter swapcast_identity_cache_<name>.
+_COUNTS = {
+    "hits": "Lookups answered from the cache.",
+    "misses": "Lookups not in the cache (loaded, or waited on a running load).",
+    "loads": "Loader calls.",
+    "load_errors": "Loader calls that raised.",
+    "evictions": "Entries evicted to stay within the count or byte bound.",
+}
+
+
 class _MetricFamilies:
     def __init__(self, registry: CollectorRegistry) -> None:
         label = ["cache"]
-
-        def counter(what: str, doc: str) -> Counter:
-            return Counter(f"swapcast_identity_cache_{what}", doc, label, registry=registry)
-
-        self.hits = counter("hits", "Lookups answered from the cache.")
-        self.misses = counter("misses", "Lookups not in the cache (loaded, or waited on a running load).")
-        self.loads = counter("loads", "Loader calls.")
-        self.load_errors = counter("load_errors", "Loader calls that raised.")
-        self.evictions = counter("evictions", "Entries evicted to stay within the count or byte bound.")
+        self.counters = {
+            what: Counter(f"swapcast_identity_cache_{what}", doc, label, registry=registry)
+            for what, doc in _COUNTS.items()
+        }
         self.bytes = Gauge("swapcast_identity_cache_bytes", "Bytes held by cached entries.", label, registry=registry)
         self.items = Gauge("swapcast_identity_cache_items", "Entries held.", label, registry=registry)
 
@@ -116,18 +121,11 @@ class IdentityCache(Generic[P]):
         self._entries: OrderedDict[_Key, _Entry[P]] = OrderedDict()
         self._inflight: dict[_Key, _Flight[P]] = {}
         self._bytes = 0
-        self._hits = 0
-        self._misses = 0
-        self._loads = 0
-        self._load_errors = 0
-        self._evictions = 0
+        # This cache's own counts: caches that share a name in one registry share their Prometheus children.
+        self._counts = dict.fromkeys(_COUNTS, 0)
 
         f = families_for(registry, _MetricFamilies)
-        self._m_hits = f.hits.labels(name)
-        self._m_misses = f.misses.labels(name)
-        self._m_loads = f.loads.labels(name)
-        self._m_load_errors = f.load_errors.labels(name)
-        self._m_evictions = f.evictions.labels(name)
+        self._m_counts = {what: counter.labels(name) for what, counter in f.counters.items()}
         self._m_bytes = f.bytes.labels(name)
         self._m_items = f.items.labels(name)
         self._m_bytes.set(0)
@@ -165,17 +163,14 @@ class IdentityCache(Generic[P]):
             entry = self._entries.get(key)
             if entry is not None:
                 self._entries.move_to_end(key)
-                self._hits += 1
-                self._m_hits.inc()
+                self._count_locked("hits")
                 return entry.value
-            self._misses += 1
-            self._m_misses.inc()
+            self._count_locked("misses")
             flight = self._inflight.get(key)
             leader = flight is None
             if flight is None:
                 flight = self._inflight[key] = _Flight()
-                self._loads += 1
-                self._m_loads.inc()
+                self._count_locked("loads")
 
         if not leader:
             flight.done.wait()
@@ -188,8 +183,7 @@ class IdentityCache(Generic[P]):
             size = self._checked_size(value)
         except BaseException as exc:
             with self._lock:
-                self._load_errors += 1
-                self._m_load_errors.inc()
+                self._count_locked("load_errors")
                 if self._inflight.get(key) is flight:
                     del self._inflight[key]
             flight.error = exc
@@ -229,17 +223,13 @@ class IdentityCache(Generic[P]):
 
     def stats(self) -> IdentityCacheStats:
         with self._lock:
-            return IdentityCacheStats(
-                hits=self._hits,
-                misses=self._misses,
-                loads=self._loads,
-                load_errors=self._load_errors,
-                evictions=self._evictions,
-                items=len(self._entries),
-                bytes=self._bytes,
-            )
+            return IdentityCacheStats(**self._counts, items=len(self._entries), bytes=self._bytes)
 
     # ---------------------------------------------------------------- private
+
+    def _count_locked(self, what: str, n: int = 1) -> None:
+        self._counts[what] += n
+        self._m_counts[what].inc(n)
 
     def _checked_size(self, value: P) -> int:
         size = self._size_of(value)
@@ -262,8 +252,7 @@ class IdentityCache(Generic[P]):
                 self._bytes -= victim.size
                 evicted += 1
             if evicted:
-                self._evictions += evicted
-                self._m_evictions.inc(evicted)
+                self._count_locked("evictions", evicted)
         self._update_gauges_locked()
 
     def _remove_where(self, match: Callable[[_Key], bool]) -> int:

@@ -21,7 +21,7 @@ from __future__ import annotations
 import fractions
 import logging
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -114,21 +114,16 @@ _nvenc_lock = threading.Lock()
 _nvenc_failed: str | None = None  # why NVENC did not open in this process (auto: not tried again)
 
 
-def _open_best(
-    width: int,
-    height: int,
-    bitrate: int,
-    band: BitrateBand,
-    settings: EncoderSettings,
-    time_base: fractions.Fraction = fractions.Fraction(1, FRAME_RATE),
-) -> VideoCodecContext:
+def _open_best(settings: EncoderSettings, open_as: Callable[[str], VideoCodecContext]) -> VideoCodecContext:
+    """`open_as` the encoder `settings.backend` picks: NVENC while it can open (under auto, until it once did
+    not), else libx264."""
     global _nvenc_failed
     if settings.backend in ("auto", "nvenc"):
         with _nvenc_lock:
             failed = _nvenc_failed if settings.backend == "auto" else None
         if failed is None:
             try:
-                return open_codec(NVENC, width, height, bitrate, band, settings, time_base)
+                return open_as(NVENC)
             except Exception as exc:  # no GPU, no driver, or no free NVENC session: libx264 takes over
                 with _nvenc_lock:
                     first = _nvenc_failed is None
@@ -137,7 +132,7 @@ def _open_best(
                     log.warning("NVENC is not available (%s); encoding with libx264", _nvenc_failed)
                 elif first:
                     log.info("NVENC is not available (%s); encoding with libx264", _nvenc_failed)
-    return open_codec(X264, width, height, bitrate, band, settings, time_base)
+    return open_as(X264)
 
 
 def nvenc_failure() -> str | None:
@@ -183,7 +178,10 @@ class LiveH264Encoder(H264Encoder):
             self.codec = None
         if self.codec is None:
             self._band = band = bitrate_band(frame.width, frame.height, self.settings)
-            self.codec = _open_best(frame.width, frame.height, self.target_bitrate, band, self.settings)
+            width, height, bitrate = frame.width, frame.height, self.target_bitrate
+            self.codec = _open_best(
+                self.settings, lambda name: open_codec(name, width, height, bitrate, band, self.settings)
+            )
         # aiortc's way: a forced keyframe on the receiver's request (PLI/FIR), otherwise the encoder decides.
         frame.pict_type = av.video.frame.PictureType.I if force_keyframe else av.video.frame.PictureType.NONE
         data = b"".join(bytes(packet) for packet in self.codec.encode(frame))
@@ -236,7 +234,8 @@ class EncoderPolicy:
         """The WHEP hub's encode: NVENC or libx264 with the shared preset, at the shared fixed rate."""
         shared = self.settings.model_copy(update={"x264_preset": self.settings.shared_x264_preset})
         band = bitrate_band(width, height, self.settings)
-        return _open_best(width, height, shared_bitrate_bps(width, height, FRAME_RATE, shared), band, shared, time_base)
+        bitrate = shared_bitrate_bps(width, height, FRAME_RATE, shared)
+        return _open_best(shared, lambda name: open_codec(name, width, height, bitrate, band, shared, time_base))
 
     def x264enc_properties(self, width: int, height: int, fps: int, bitrate_kbps: int | None = None) -> str:
         """The same choices as GStreamer x264enc properties (RTSP output): preset, tune, rate, keyframe interval."""

@@ -317,17 +317,19 @@ class IngestWorker:
             self._frames.put(frame)
             self._frames_in += 1
 
-    def _fail(self, error: str) -> None:
-        log.warning("ingest %s failed: %s", self._log_name, error)
-        self._set_state("failed", error)
+    def _end_source(self) -> None:
+        """No frame will come any more: the processor handles what is queued and returns."""
         with self._cond:
             self._source_done = True
             self._cond.notify_all()
 
+    def _fail(self, error: str) -> None:
+        log.warning("ingest %s failed: %s", self._log_name, error)
+        self._set_state("failed", error)
+        self._end_source()
+
     def _finish_file(self) -> None:
-        with self._cond:
-            self._source_done = True
-            self._cond.notify_all()
+        self._end_source()
         if self._processor is not None:
             self._processor.join()
         self._set_state("stopped")

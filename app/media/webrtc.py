@@ -33,10 +33,9 @@ from app.live.core import LiveCore
 from app.live.counters import LiveCounters
 from app.media import yuv
 from app.media.audio_sync import MAX_DELAY_S, DelayedAudioTrack
-from app.media.ice_bounds import BoundedIce, IceBounds
+from app.media.ice_bounds import BoundedIce
 from app.media.mailbox import Mailbox
 from app.media.peer import (
-    MAX_REMOTE_CANDIDATES,
     PeerConfig,
     answer_offer,
     check_offer,
@@ -66,26 +65,12 @@ WATCHDOG_PERIOD_S = 0.25
 class SessionConfig:
     max_sessions: int = 4
     codecs: tuple[str, ...] = ("H264", "VP8")
-    ice_servers: tuple[str, ...] = ()
     connect_timeout_s: float = 20.0
     media_timeout_s: float = 10.0
-    # A client that does not complete ICE within this long is not coming: its slot frees long before the connect
-    # timeout (four canned offers with no peer behind them held every slot for 20 s).
-    ice_timeout_s: float = 5.0
-    max_remote_candidates: int = MAX_REMOTE_CANDIDATES
-    # Outgoing STUN requests per second and peer-reflexive candidates per session (app/media/ice_bounds.py).
-    ice_bounds: IceBounds = field(default_factory=IceBounds)
-    advertised_address: str | None = None
-
-    @property
-    def peer(self) -> PeerConfig:
-        return PeerConfig(
-            ice_servers=self.ice_servers,
-            max_remote_candidates=self.max_remote_candidates,
-            ice_bounds=self.ice_bounds,
-            ice_timeout_s=self.ice_timeout_s,
-            advertised_address=self.advertised_address,
-        )
+    # ICE servers, offer and candidate bounds, the advertised address, and the ICE timeout: a client that does
+    # not complete ICE within it is not coming, and its slot frees long before the connect timeout (four canned
+    # offers with no peer behind them held every slot for 20 s).
+    peer: PeerConfig = field(default_factory=PeerConfig)
 
 
 class SwappedVideoTrack(MediaStreamTrack):
@@ -163,9 +148,9 @@ class Session(LiveOutput):
         self._connected_at: float | None = None
         self._last_input = self._started
         self._error_logged = 0
-        ice = [RTCIceServer(url) for url in config.ice_servers]
+        ice = [RTCIceServer(url) for url in config.peer.ice_servers]
         self.pc = RTCPeerConnection(RTCConfiguration(iceServers=ice))
-        self.ice = BoundedIce(config.ice_bounds)
+        self.ice = BoundedIce(config.peer.ice_bounds)
         self.output = SwappedVideoTrack(self._on_sent, lambda: self.core.drop("output_superseded"))
         # The client's microphone, sent back delayed by the video's processing latency plus this offset.
         self.audio = DelayedAudioTrack(self._audio_delay_s)
@@ -183,7 +168,7 @@ class Session(LiveOutput):
 
     async def negotiate(self, offer: str) -> str:
         """Apply the client's offer and return the answer (ICE gathering complete: no trickle)."""
-        check_offer(offer, self._config.max_remote_candidates)
+        check_offer(offer, self._config.peer.max_remote_candidates)
         transceiver = self.pc.addTransceiver(self.output, direction="sendrecv")
         transceiver.setCodecPreferences(codec_preferences(self._config.codecs))
         if "\nm=audio " in offer:
@@ -369,7 +354,7 @@ class Session(LiveOutput):
             now = time.monotonic()
             if self._connected_at is None:
                 ice = self.pc.iceConnectionState
-                if ice not in ("connected", "completed") and now - self._started > self._config.ice_timeout_s:
+                if ice not in ("connected", "completed") and now - self._started > self._config.peer.ice_timeout_s:
                     self.request_close("ICE timeout")
                     return
                 if now - self._started > self._config.connect_timeout_s:
@@ -387,7 +372,7 @@ class Session(LiveOutput):
             return None
         elapsed = time.monotonic() - self._started
         ice = self.pc.iceConnectionState in ("connected", "completed")
-        deadline = self._config.connect_timeout_s if ice else self._config.ice_timeout_s
+        deadline = self._config.connect_timeout_s if ice else self._config.peer.ice_timeout_s
         return max(0.0, deadline - elapsed) + WATCHDOG_PERIOD_S
 
     def stats(self) -> dict[str, Any]:

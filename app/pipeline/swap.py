@@ -109,7 +109,21 @@ class InswapperEngine:
         return [np.ascontiguousarray(face) for face in bgr]
 
 
-class ClassicEngine:
+class _ModelFreeEngine:
+    """What the engines without a model share: an arcface_128 crop of `size`, a model key naming the engine
+    and that size, and nothing to release."""
+
+    name: str
+
+    def __init__(self, size: int) -> None:
+        self.align = AlignSpec("arcface_128", size)
+        self.model_key = f"{self.name}:{size}"
+
+    def close(self) -> None:
+        pass  # no model
+
+
+class ClassicEngine(_ModelFreeEngine):
     """No-weights fallback: the source face's aligned texture, colour-matched to each target.
 
     It needs no download and runs anywhere, but it does NOT transfer the target's expression, pose
@@ -119,11 +133,7 @@ class ClassicEngine:
     name = "classic"
 
     def __init__(self, size: int = 256) -> None:
-        self.align = AlignSpec("arcface_128", size)
-        self.model_key = f"classic:{size}"
-
-    def close(self) -> None:
-        pass  # no model
+        super().__init__(size)
 
     def prepare(self, image: Image, face: Face) -> PreparedSource:
         texture = warp_crop(image, estimate_matrix(face.landmarks, self.align), self.align.size)
@@ -138,18 +148,14 @@ class ClassicEngine:
         return out
 
 
-class PassthroughEngine:
+class PassthroughEngine(_ModelFreeEngine):
     """Returns each target crop unchanged: measures everything around the model (server cost, paste-back
     fidelity) with a model that costs nothing."""
 
     name = "passthrough"
 
     def __init__(self, size: int = 128) -> None:
-        self.align = AlignSpec("arcface_128", size)
-        self.model_key = f"passthrough:{size}"
-
-    def close(self) -> None:
-        pass  # no model
+        super().__init__(size)
 
     def prepare(self, image: Image, face: Face) -> PreparedSource:
         return PreparedSource(self.name, self.model_key, np.zeros(0, np.float32))

@@ -6,6 +6,7 @@ stream routes say why RTSP is off.
 """
 
 import base64
+import functools
 import hashlib
 import hmac
 import logging
@@ -47,8 +48,10 @@ class RtspOutput:
         """`authenticate`: each published path gets its own login (in the URLs this object hands out, which
         only the path's owner sees); every other client is refused by the RTSP server, and each failed login
         waits `on_auth_failure(address)` seconds before its answer."""
-        self._on_auth_failure = on_auth_failure
-        self._encoder = encoder
+        # The server `start` makes; made there, as it may not start (GStreamer missing, port taken).
+        self._new_server = functools.partial(
+            RtspServer, port, host=host, authenticate=authenticate, on_auth_failure=on_auth_failure, encoder=encoder
+        )
         self.port = port
         self.host = host
         self.public_host = public_host
@@ -68,13 +71,7 @@ class RtspOutput:
         """Start the RTSP server if it can run here; otherwise remember why not. Never raises."""
         if not self._enabled:
             return
-        server = RtspServer(
-            self.port,
-            host=self.host,
-            authenticate=self.authenticate,
-            on_auth_failure=self._on_auth_failure,
-            encoder=self._encoder,
-        )
+        server = self._new_server()
         try:
             server.start()
         except Exception as exc:  # GStreamer is missing, or the server could not bind or build its pipeline

@@ -3,6 +3,7 @@
 What a session does with its media lives in `app.media.webrtc.Session`."""
 
 import asyncio
+import functools
 from collections.abc import Callable
 from concurrent.futures import Executor
 
@@ -40,10 +41,18 @@ class SessionManager:
         self.pipeline = pipeline
         self._provenance = provenance
         self.config = config
-        self._executor = executor
         self._metrics = metrics
-        self._publisher_factory = publisher_factory
-        self._rtsp_url = rtsp_url
+        # What every session of this server is made with; `open` adds its identity and source.
+        self._new_session = functools.partial(
+            Session,
+            pipeline=pipeline,
+            executor=executor,
+            metrics=metrics,
+            config=config,
+            on_closed=self._closed,
+            publisher_factory=publisher_factory,
+            rtsp_url=rtsp_url,
+        )
         self._admission: Admission[Session] = Admission(
             kind=KIND,
             capacity=config.max_sessions,
@@ -86,17 +95,12 @@ class SessionManager:
         default when the settings say so). Without `own_rtsp` it gets no RTSP path of its own (it publishes into
         a channel, which has one)."""
         with self._admission.reserve(owner):
-            session = Session(
-                identity_id=identity_id,
-                source=source,
-                pipeline=self.pipeline,
-                executor=self._executor,
-                metrics=self._metrics,
-                config=self.config,
-                on_closed=self._closed,
-                publisher_factory=self._publisher_factory if own_rtsp else None,
-                rtsp_url=self._rtsp_url if own_rtsp else None,
-            )
+            if own_rtsp:
+                session = self._new_session(identity_id=identity_id, source=source)
+            else:
+                session = self._new_session(
+                    identity_id=identity_id, source=source, publisher_factory=None, rtsp_url=None
+                )
             try:
                 if self._provenance is not None:
                     session.marker = await self._provenance.marker_async(

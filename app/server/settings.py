@@ -3,7 +3,7 @@
 import ipaddress
 import os
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from limits import parse
 from pydantic import AnyHttpUrl, Field, IPvAnyAddress, field_validator, model_validator
@@ -23,6 +23,11 @@ def default_identity_dir() -> Path:
     """Identities live under the user's data directory unless SWAPCAST_IDENTITY_DIR says otherwise."""
     data = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
     return Path(data) / "swapcast" / "identities"
+
+
+def _per_principal_rate(default: str, what: str) -> Any:  # a pydantic field, as `Field` returns
+    """A rate setting counted per principal and per client address, described the same way for each."""
+    return Field(default, description=f"{what} per principal and per client address (429 beyond).")
 
 
 class ServerSettings(BaseSettings):
@@ -104,19 +109,10 @@ class ServerSettings(BaseSettings):
     rate_uploads: str = Field(
         "30/minute", description="Identity uploads per principal and per client address, e.g. 30/minute (429 beyond)."
     )
-    rate_sessions: str = Field(
-        "30/minute", description="Sessions created per principal and per client address (429 beyond)."
-    )
-    rate_streams: str = Field(
-        "10/minute", description="Streams created per principal and per client address (429 beyond)."
-    )
-    rate_credentials: str = Field(
-        "30/minute",
-        description="Viewer tokens and TURN logins minted per principal and per client address (429 beyond).",
-    )
-    rate_viewers: str = Field(
-        "60/minute", description="WHEP viewers opened per principal and per client address (429 beyond)."
-    )
+    rate_sessions: str = _per_principal_rate("30/minute", "Sessions created")
+    rate_streams: str = _per_principal_rate("10/minute", "Streams created")
+    rate_credentials: str = _per_principal_rate("30/minute", "Viewer tokens and TURN logins minted")
+    rate_viewers: str = _per_principal_rate("60/minute", "WHEP viewers opened")
     # Per client address, before authentication (app/server/address_limit.py): POST requests to the API, and
     # failed authentications, beyond which the address gets 429 on every API request until the window moves.
     rate_per_address: str = Field(

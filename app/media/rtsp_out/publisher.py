@@ -56,9 +56,7 @@ class RtspPublisher:
         encoder: EncoderPolicy | None = None,
     ) -> None:
         self.path = path
-        self.width = width
-        self.height = height
-        self.fps = fps
+        self.width, self.height, self.fps = width, height, fps
         self.bitrate_kbps = bitrate_kbps
         self.aud_after_frame = aud_after_frame
         self.encoder = encoder or EncoderPolicy(EncoderSettings())

@@ -11,19 +11,13 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, InvalidStateError
+from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Generic, TypeVar
 
 from prometheus_client import CollectorRegistry
 
-from app.runtime.batcher.errors import (
-    BatcherClosedError,
-    BatcherError,
-    BatchResultError,
-    DroppedError,
-    ExpiredError,
-    QueueFullError,
-)
+from app.runtime.batcher import errors
 from app.runtime.batcher.fair_queue import POLICIES, Admission, FairQueue, QueuePolicy
 from app.runtime.batcher.metrics import BatcherMetrics, BatcherStats
 
@@ -33,17 +27,15 @@ T = TypeVar("T")
 R = TypeVar("R")
 
 
+@dataclass(slots=True, eq=False)  # eq=False: items stay hashable and compare by identity
 class _Item(Generic[T, R]):
     """One submitted item with the future its caller waits on."""
 
-    __slots__ = ("deadline", "enqueued", "future", "session", "value")
-
-    def __init__(self, value: T, session: str, deadline: float | None, enqueued: float, future: Future[R]) -> None:
-        self.value = value
-        self.session = session
-        self.deadline = deadline
-        self.enqueued = enqueued
-        self.future = future
+    value: T
+    session: str
+    deadline: float | None
+    enqueued: float
+    future: Future[R]
 
     def cancelled(self) -> bool:
         return self.future.cancelled()
@@ -207,15 +199,15 @@ class DynamicBatcher(Generic[T, R]):
 
     # ------------------------------------------------------- queue (locked)
 
-    def _closed_error(self) -> BatcherClosedError:
-        return BatcherClosedError(f"batcher {self._name} is shut down")
+    def _closed_error(self) -> errors.BatcherClosedError:
+        return errors.BatcherClosedError(f"batcher {self._name} is shut down")
 
-    def _expired_error(self) -> ExpiredError:
-        return ExpiredError(f"deadline passed while queued in batcher {self._name}")
+    def _expired_error(self) -> errors.ExpiredError:
+        return errors.ExpiredError(f"deadline passed while queued in batcher {self._name}")
 
     def _admit_locked(
         self, item: _Item[T, R], now: float, failures: list[tuple[Future[Any], BaseException]]
-    ) -> BatcherError | None:
+    ) -> errors.BatcherError | None:
         """Queue a new item, or return the error refusing it; items it displaces go to `failures`."""
         m = self._metrics
         if self._closed:
@@ -232,7 +224,7 @@ class DynamicBatcher(Generic[T, R]):
             failures.append(
                 (
                     victim.future,
-                    DroppedError(
+                    errors.DroppedError(
                         f"batcher {self._name} queue is full: dropped the oldest item "
                         f"(session {victim.session}) for a newer one"
                     ),
@@ -240,10 +232,10 @@ class DynamicBatcher(Generic[T, R]):
             )
         if admission.refused == "expired":
             m.expired.inc()
-            return ExpiredError(f"deadline passed before submit to batcher {self._name}")
+            return errors.ExpiredError(f"deadline passed before submit to batcher {self._name}")
         if admission.refused == "full":
             m.rejected.inc()
-            return QueueFullError(f"batcher {self._name} queue is full ({self._queue.max_items} items)")
+            return errors.QueueFullError(f"batcher {self._name} queue is full ({self._queue.max_items} items)")
         # The worker re-checks whether a batch is due whenever something arrives.
         self._cond.notify()
         return None
@@ -300,7 +292,7 @@ class DynamicBatcher(Generic[T, R]):
         try:
             results = list(self._run_batch([it.value for it in batch]))
             if len(results) != len(batch):
-                error = BatchResultError(
+                error = errors.BatchResultError(
                     f"run_batch of batcher {self._name} returned {len(results)} results "
                     f"for a batch of {len(batch)} items"
                 )
@@ -315,7 +307,7 @@ class DynamicBatcher(Generic[T, R]):
             for it, result in zip(batch, results, strict=True):
                 it.future.set_result(result)
         else:
-            if not isinstance(error, BatcherError):
+            if not isinstance(error, errors.BatcherError):
                 log.warning("batcher %s: run_batch failed on %d items: %r", self._name, len(batch), error)
             for it in batch:
                 it.future.set_exception(error)

@@ -23,6 +23,7 @@ from app.live.channel_feed import ChannelFeed
 from app.live.core import OutputListener
 from app.observability import ChannelFigures, Metrics
 from app.pipeline.types import Image
+from app.server.not_found import NotFound
 from app.server.rtsp import FramePublisher, RtspOutput
 
 log = logging.getLogger(__name__)
@@ -39,9 +40,8 @@ def rtsp_path(name: str) -> str:
     return f"/live/{name}"
 
 
-class ChannelNotFound(LookupError):
-    def __init__(self, name: str) -> None:
-        super().__init__(f"channel {name} not found")
+class ChannelNotFound(NotFound):
+    what = "channel"
 
 
 class ChannelsUnavailable(Exception):
@@ -79,6 +79,10 @@ class Channel:
         self.rtsp: FramePublisher | None = None
         self.rtsp_url: str | None = None
         self.publisher: _Publisher | None = None
+        # The feed's own lists: what WHEP viewers and the RTSP path register with.
+        self.output_listeners: list[OutputListener] = feed.output_listeners
+        self.audio_listeners: list[AudioListener] = feed.audio_listeners
+        self.keyframe_listeners: list[Callable[[], None]] = feed.keyframe_listeners
 
     @property
     def id(self) -> str:
@@ -87,18 +91,6 @@ class Channel:
     @property
     def owner(self) -> str:
         return self.record.owner
-
-    @property
-    def output_listeners(self) -> list[OutputListener]:
-        return self.feed.output_listeners
-
-    @property
-    def audio_listeners(self) -> list[AudioListener]:
-        return self.feed.audio_listeners
-
-    @property
-    def keyframe_listeners(self) -> list[Callable[[], None]]:
-        return self.feed.keyframe_listeners
 
     def stats(self, consumers: dict[str, int] | None = None) -> dict[str, Any]:
         return {

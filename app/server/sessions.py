@@ -14,13 +14,13 @@ from app.pipeline.identity_map import FaceSources
 from app.pipeline.pipeline import FramePipeline
 from app.provenance.service import Provenance
 from app.server.admission import Admission
+from app.server.not_found import NotFound
 
 NEGOTIATION_TIMEOUT_S = 10.0
 
 
-class SessionNotFound(LookupError):
-    def __init__(self, session_id: str) -> None:
-        super().__init__(f"session {session_id} not found")
+class SessionNotFound(NotFound):
+    what = "session"
 
 
 class SessionManager:

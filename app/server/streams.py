@@ -28,6 +28,7 @@ from app.provenance.service import Provenance
 from app.runtime.batcher import BatcherError
 from app.server.admission import Admission
 from app.server.ingest_policy import CheckedSource, HostUnresolved, SourceRefused, coarse_error, redact_credentials
+from app.server.not_found import NotFound
 from app.server.rtsp import FramePublisher, RtspOutput
 
 log = logging.getLogger(__name__)
@@ -37,9 +38,8 @@ KIND = "stream"
 PROBE_TIMEOUT_S = 5.0
 
 
-class StreamNotFound(LookupError):
-    def __init__(self, stream_id: str) -> None:
-        super().__init__(f"stream {stream_id} not found")
+class StreamNotFound(NotFound):
+    what = "stream"
 
 
 class StreamsUnavailable(Exception):

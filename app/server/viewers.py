@@ -13,18 +13,17 @@ from app.media.peer import PeerConfig
 from app.media.whep import Viewer, ViewerHub
 from app.pipeline.types import Image
 from app.server.admission import AdmissionError
+from app.server.not_found import NotFound
 
 log = logging.getLogger(__name__)
 
 
-class ViewerNotFound(LookupError):
-    def __init__(self, viewer_id: str) -> None:
-        super().__init__(f"viewer {viewer_id} not found")
+class ViewerNotFound(NotFound):
+    what = "viewer"
 
 
-class ViewerTokenNotFound(LookupError):
-    def __init__(self, token_id: str) -> None:
-        super().__init__(f"viewer token {token_id} not found")
+class ViewerTokenNotFound(NotFound):
+    what = "viewer token"
 
 
 class Viewers:

@@ -26,6 +26,7 @@ import numpy as np
 
 from app.live.adapter import AudioListener
 from app.live.core import OutputListener
+from app.live.frame import OutputFrame
 from app.pipeline.types import Image
 
 log = logging.getLogger(__name__)
@@ -93,7 +94,8 @@ class ChannelFeed:
         self.name = name
         self.width, self.height, self.fps = width, height, fps
         self.hold_s = hold_s
-        self.slate = fit(slate, width, height) if slate is not None else default_slate(width, height)
+        # One frame for the whole time on slate: its I420 form is converted once.
+        self.slate = OutputFrame(fit(slate, width, height) if slate is not None else default_slate(width, height))
         # Called with every frame the channel sends (published or filled in); each must return at once.
         self.output_listeners: list[OutputListener] = []
         self.audio_listeners: list[AudioListener] = []
@@ -104,8 +106,8 @@ class ChannelFeed:
         self._lock = threading.Condition()
         self._publisher: str | None = None
         self._keyframe_due = False
-        self._pending: Image | None = None  # the newest published frame, not yet sent
-        self._last: Image | None = None  # the last one sent, at the channel's size
+        self._pending: OutputFrame | None = None  # the newest published frame, not yet sent
+        self._last: OutputFrame | None = None  # the last one sent, at the channel's size
         self._stopped = False
         self._thread = threading.Thread(target=self._run, name=f"channel-{name}", daemon=True)
         self._thread.start()
@@ -133,7 +135,7 @@ class ChannelFeed:
                 self._publisher = None
                 self.counters.publisher_since = None
 
-    def publish(self, publisher: str, image: Image) -> None:
+    def publish(self, publisher: str, image: OutputFrame) -> None:
         """A processed frame of `publisher`; ignored unless it is the current publisher. Returns at once (it may
         be called on an event loop): the feed's thread fits and sends it, the newest only."""
         with self._lock:
@@ -178,7 +180,7 @@ class ChannelFeed:
         self.keyframe_listeners.clear()
 
     # Filler thread.
-    def _filler(self, now: float) -> tuple[str, Image]:
+    def _filler(self, now: float) -> tuple[str, OutputFrame]:
         """What fills in now: ("held", the last frame) within `hold_s` of it, else ("slate", the slate)."""
         last = self.counters.last_publisher_frame
         if self._last is not None and last is not None and now - last < self.hold_s:
@@ -217,8 +219,10 @@ class ChannelFeed:
                     self.counters.seconds_on_slate += interval
             self._send(image)
 
-    def _send_published(self, image: Image, keyframe: bool) -> None:
-        sized = fit(image, self.width, self.height)
+    def _send_published(self, frame: OutputFrame, keyframe: bool) -> None:
+        """Sent as it is when it has the channel's size (its I420 form shared with the publisher's outputs)."""
+        fits = frame.size == (self.width, self.height)
+        sized = frame if fits else OutputFrame(fit(frame.image, self.width, self.height))
         with self._lock:
             self._last = sized
         if keyframe:
@@ -226,10 +230,10 @@ class ChannelFeed:
                 listener()
         self._send(sized)
 
-    def _send(self, image: Image) -> None:
+    def _send(self, frame: OutputFrame) -> None:
         for listener in list(self.output_listeners):
             try:
-                listener(image)
+                listener(frame)
             except Exception:  # one consumer's failure must not starve the others or stop the feed
                 self.counters.errors += 1
                 if self.counters.errors == 1 or self.counters.errors % 1000 == 0:

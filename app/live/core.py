@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from app.live.counters import LiveCounters
+from app.live.frame import OutputFrame
 from app.live.hops import HopRecorder
 from app.observability import Metrics
 from app.pipeline.identity_map import FaceSources, describe_sources
@@ -21,7 +22,7 @@ from app.pipeline.timing import StageTimer
 from app.pipeline.types import Image
 from app.provenance.service import FrameMarker
 
-OutputListener = Callable[[Image], None]
+OutputListener = Callable[[OutputFrame], None]
 
 
 class LiveCore:
@@ -80,12 +81,15 @@ class LiveCore:
                 result = self.marker.apply(result)
         return result
 
-    def finished(self, image: Image, timer: StageTimer) -> None:
-        """A processed frame: its stage times to the metrics and hops, the frame to every output."""
+    def finished(self, image: Image | OutputFrame, timer: StageTimer) -> OutputFrame:
+        """A processed frame: its stage times to the metrics and hops, the frame to every output (one
+        `OutputFrame` for all, so its I420 form is converted once); returns that frame."""
         self._metrics.observe_stages(timer)
         self.hops.observe_stages(timer)
+        frame = OutputFrame.of(image)
         for listener in list(self.output_listeners):
-            listener(image)
+            listener(frame)
+        return frame
 
     def frame_out(self, arrived: float, now: float | None = None) -> None:
         """An output sent the frame that arrived at `arrived`."""

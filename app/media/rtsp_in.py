@@ -22,7 +22,7 @@ import logging
 import re
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Protocol
@@ -30,6 +30,7 @@ from typing import Any, Literal, Protocol
 import av
 import av.error
 
+from app.live.frame import OutputFrame
 from app.media.mailbox import Mailbox
 from app.pipeline.types import Image
 
@@ -43,7 +44,7 @@ LIVE_OPTIONS = {"rtsp_transport": "tcp", "fflags": "nobuffer", "flags": "low_del
 class FrameSink(Protocol):
     """Where processed frames go: an `app.media.rtsp_out.RtspPublisher`, or anything with its `push`."""
 
-    def push(self, image: Image) -> None: ...
+    def push(self, image: Image | OutputFrame) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -96,7 +97,7 @@ class IngestWorker:
     def __init__(
         self,
         source_url: str,
-        process: Callable[[list[Image]], list[Image]],
+        process: Callable[[list[Image]], Sequence[Image | OutputFrame]],
         publisher: FrameSink | None,
         *,
         on_state: Callable[[str], None] | None = None,

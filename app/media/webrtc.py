@@ -31,6 +31,7 @@ from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
 from app.live.adapter import AudioListener, LiveOutput
 from app.live.core import LiveCore
 from app.live.counters import LiveCounters
+from app.live.frame import OutputFrame
 from app.media import yuv
 from app.media.audio_sync import MAX_DELAY_S, DelayedAudioTrack
 from app.media.ice_bounds import BoundedIce
@@ -46,7 +47,6 @@ from app.observability import Metrics
 from app.pipeline.identity_map import FaceSources
 from app.pipeline.pipeline import FramePipeline
 from app.pipeline.timing import StageTimer
-from app.pipeline.types import Image
 from app.runtime.batcher import BatcherError
 
 log = logging.getLogger(__name__)
@@ -285,7 +285,7 @@ class Session(LiveOutput):
             self.core.finished(image, timer)
             await self._publish(image)
 
-    def _process_newest(self, timer: StageTimer) -> tuple[av.VideoFrame, Image, float, float] | None:
+    def _process_newest(self, timer: StageTimer) -> tuple[av.VideoFrame, OutputFrame, float, float] | None:
         """Runs in the executor. The frame is taken only when a thread is free for it, so a session that waited
         for a thread behind other sessions still processes its newest frame; likewise the identity."""
         pending = self._pending.take()
@@ -308,22 +308,23 @@ class Session(LiveOutput):
 
         return encoded
 
-    def _process(self, frame: av.VideoFrame, timer: StageTimer) -> tuple[av.VideoFrame, Image]:
-        """Convert, process in the core, convert back, keeping the input's timestamp."""
+    def _process(self, frame: av.VideoFrame, timer: StageTimer) -> tuple[av.VideoFrame, OutputFrame]:
+        """Convert, process in the core, convert back, keeping the input's timestamp. The I420 form made for the
+        return goes with the frame to the other outputs (WHEP, RTSP, a channel), which need not convert again."""
         with timer.stage("convert_in"):
             image = np.asarray(frame.to_ndarray(format="bgr24"), np.uint8)
-        result = self.core.process(image, timer)
+        result = OutputFrame(self.core.process(image, timer))
         with timer.stage("convert_out"):
             out = yuv.to_frame(result)
             out.pts = frame.pts
             out.time_base = frame.time_base
         return out, result
 
-    async def _publish(self, image: Image) -> None:
+    async def _publish(self, image: OutputFrame) -> None:
         if self._publisher_factory is None:
             return
         if self._publisher is None:
-            height, width = image.shape[:2]
+            width, height = image.size
             loop = asyncio.get_running_loop()
             audio = self.audio.receiving  # the RTSP path carries the microphone too (app.media.rtsp_out)
             factory = functools.partial(self._publisher_factory, audio=True) if audio else self._publisher_factory

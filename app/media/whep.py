@@ -27,9 +27,9 @@ from collections.abc import Callable
 from fractions import Fraction
 
 import av
-import numpy as np
 from av.video.codeccontext import VideoCodecContext
 
+from app.live.frame import OutputFrame
 from app.media.encoder import EncoderPolicy
 from app.media.ice_bounds import BoundedIce
 from app.media.mailbox import Mailbox
@@ -45,7 +45,7 @@ from app.media.peer import (
     peer_connection,
 )
 from app.media.whep_audio import EncodedAudioTrack, SharedOpusEncoder
-from app.pipeline.types import Image
+from app.media.yuv import to_frame
 from app.settings import EncoderSettings
 
 log = logging.getLogger(__name__)
@@ -179,7 +179,7 @@ class ViewerHub:
         self._viewers: dict[str, Viewer] = {}
         self.audio = SharedOpusEncoder()  # fed on the event loop by the output's audio (`offer_audio`)
         self._cond = threading.Condition()
-        self._frames: Mailbox[Image] = Mailbox(cond=self._cond)
+        self._frames: Mailbox[OutputFrame] = Mailbox(cond=self._cond)
         self._keyframe = True
         self._watching = False
         self._closed = False
@@ -196,7 +196,7 @@ class ViewerHub:
     def get(self, viewer_id: str) -> Viewer | None:
         return self._viewers.get(viewer_id)
 
-    def offer(self, image: Image) -> None:
+    def offer(self, image: OutputFrame) -> None:
         """The newest output frame; dropped at once while nobody watches."""
         if self._watching:
             self._frames.put(image)
@@ -248,7 +248,7 @@ class ViewerHub:
         await asyncio.get_running_loop().run_in_executor(None, self._thread.join, 5.0)
 
     # Encoder thread.
-    def _next(self) -> tuple[Image, bool] | None:
+    def _next(self) -> tuple[OutputFrame, bool] | None:
         with self._cond:
             while not self._closed:
                 image = self._frames.take()
@@ -264,20 +264,20 @@ class ViewerHub:
         started = time.monotonic()
         last_keyframe = 0.0
         while (item := self._next()) is not None:
-            image, keyframe = item
+            output, keyframe = item
             try:
-                height, width = image.shape[:2]
+                width, height = output.size
                 even = (width - width % 2, height - height % 2)
                 if codec is None or size != even:
                     codec, size = self._encoder.open_shared(*even, VIDEO_TIME_BASE), even
                     keyframe = True
-                frame = av.VideoFrame.from_ndarray(np.ascontiguousarray(image[: size[1], : size[0]]), format="bgr24")
+                frame = to_frame(output if output.even else output.image[: size[1], : size[0]])
                 now = time.monotonic()
                 keyframe = keyframe or now - last_keyframe >= self._encoder.keyframe_interval_s
                 frame.pict_type = av.video.frame.PictureType.I if keyframe else av.video.frame.PictureType.NONE
                 frame.pts = int((now - started) / VIDEO_TIME_BASE)
                 frame.time_base = VIDEO_TIME_BASE
-                for packet in codec.encode(frame.reformat(format="yuv420p")):
+                for packet in codec.encode(frame):
                     packet.time_base = VIDEO_TIME_BASE
                     key = bool(packet.is_keyframe)
                     if key:

@@ -21,6 +21,7 @@ from app.channels.store import ChannelExists, ChannelRecord, ChannelStore
 from app.live.adapter import AudioListener, LiveOutput
 from app.live.channel_feed import ChannelFeed
 from app.live.core import OutputListener
+from app.live.frame import OutputFrame
 from app.observability import ChannelFigures, Metrics
 from app.pipeline.types import Image
 from app.server.not_found import NotFound
@@ -269,7 +270,7 @@ class ChannelManager:
         key = f"{output.core.kind}/{output.id}"
         feed = channel.feed
 
-        def video(image: Image) -> None:
+        def video(image: OutputFrame) -> None:
             feed.publish(key, image)
 
         def audio(frame: Any, due: float) -> None:

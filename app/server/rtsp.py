@@ -16,6 +16,7 @@ from typing import Protocol
 
 import av
 
+from app.live.frame import OutputFrame
 from app.media.encoder import EncoderPolicy
 from app.media.rtsp_out import RtspServer
 from app.pipeline.types import Image
@@ -24,7 +25,7 @@ log = logging.getLogger(__name__)
 
 
 class FramePublisher(Protocol):
-    def push(self, image: Image) -> None: ...
+    def push(self, image: Image | OutputFrame) -> None: ...
 
     def push_audio(self, frame: av.AudioFrame, due: float | None = None) -> None: ...
 

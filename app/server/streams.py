@@ -18,6 +18,7 @@ from typing import Any
 
 from app.live.adapter import LiveOutput
 from app.live.core import LiveCore
+from app.live.frame import OutputFrame
 from app.media.rtsp_in import IngestWorker, SourceForbidden, is_live_source
 from app.observability import Metrics
 from app.pipeline.identity_map import FaceSources
@@ -76,12 +77,12 @@ class LazyPublisher:
             if self._publisher is None and not self._closed and self._rtsp is not None:
                 self._publisher = self._rtsp.publish(self._path, width, height, self._fps)
 
-    def push(self, image: Image) -> None:
+    def push(self, image: Image | OutputFrame) -> None:
         with self._lock:
             if self._closed or self._rtsp is None:
                 return
             if self._publisher is None:
-                height, width = image.shape[:2]
+                width, height = OutputFrame.of(image).size
                 self._publisher = self._rtsp.publish(self._path, width, height, self._fps)
             publisher = self._publisher
         publisher.push(image)
@@ -133,7 +134,7 @@ class Stream(LiveOutput):
         self._seen_dropped = 0
         self.ended = asyncio.Event()
 
-    def process(self, frames: list[Image]) -> list[Image]:
+    def process(self, frames: list[Image]) -> list[OutputFrame]:
         """Called by the ingest worker's thread with its newest decoded frame; returns the swapped ones (the
         worker hands them to the RTSP publisher). A frame that fails is counted as dropped, as a session counts
         it, and the error goes on to the worker, which counts and logs it."""
@@ -150,10 +151,9 @@ class Stream(LiveOutput):
             except Exception:
                 self.core.drop("error", len(frames) - index)
                 raise
-            self.core.finished(result, timer)
+            images.append(self.core.finished(result, timer))  # the frame its outputs share
             self.core.hops.observe("total", time.monotonic() - arrived)
             self.core.frame_out(arrived)
-            images.append(result)
         return images
 
     def sync_counters(self) -> None:

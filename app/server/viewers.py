@@ -8,10 +8,10 @@ from collections import Counter
 from collections.abc import Callable
 
 from app.live.adapter import AudioListener
+from app.live.core import OutputListener
 from app.media.encoder import EncoderPolicy
 from app.media.peer import PeerConfig
 from app.media.whep import Viewer, ViewerHub
-from app.pipeline.types import Image
 from app.server.admission import AdmissionError
 from app.server.not_found import NotFound
 
@@ -51,7 +51,7 @@ class Viewers:
         self,
         key: str,
         offer: str,
-        listeners: list[Callable[[Image], None]],
+        listeners: list[OutputListener],
         ended: asyncio.Event,
         audio_listeners: list[AudioListener] | None = None,
         keyframe_listeners: list[Callable[[], None]] | None = None,
@@ -96,7 +96,7 @@ class Viewers:
         self,
         key: str,
         hub: ViewerHub,
-        listeners: list[Callable[[Image], None]],
+        listeners: list[OutputListener],
         ended: asyncio.Event,
         audio_listeners: list[AudioListener] | None,
         keyframe_listeners: list[Callable[[], None]] | None,

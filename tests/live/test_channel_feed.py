@@ -7,6 +7,7 @@ import time
 import numpy as np
 
 from app.live.channel_feed import GAP_S, ChannelFeed, fit
+from app.live.frame import OutputFrame
 from app.pipeline.types import Image
 from tests.helpers import wait_for
 
@@ -16,13 +17,13 @@ HOLD_S = 0.5
 
 class Recorder:
     def __init__(self) -> None:
-        self.frames: list[tuple[float, Image]] = []
+        self.frames: list[tuple[float, Image]] = []  # the images sent
         self.keyframes = 0
         self._lock = threading.Lock()
 
-    def __call__(self, image: Image) -> None:
+    def __call__(self, frame: OutputFrame) -> None:
         with self._lock:
-            self.frames.append((time.monotonic(), image))
+            self.frames.append((time.monotonic(), frame.image))
 
     def keyframe(self) -> None:
         self.keyframes += 1
@@ -51,7 +52,7 @@ def test_with_nobody_publishing_the_slate_goes_out_at_the_channel_rate() -> None
         time.sleep(1.0)
         frames = recorder.since(start)
         assert FPS * 0.6 <= len(frames) <= FPS * 1.4
-        assert all(np.array_equal(f, feed.slate) for f in frames)
+        assert all(np.array_equal(f, feed.slate.image) for f in frames)
         assert feed.stats()["showing"] == "slate" and feed.stats()["seconds_on_slate"] > 0
     finally:
         feed.close()
@@ -62,22 +63,22 @@ def test_the_last_frame_is_held_then_the_slate_and_a_new_publisher_starts_on_a_k
     try:
         feed.attach("session/a")
         for _ in range(5):
-            feed.publish("session/a", solid(200))
+            feed.publish("session/a", OutputFrame(solid(200)))
             time.sleep(0.02)
         assert wait_for(lambda: recorder.keyframes == 1, 5)
         stopped = time.monotonic()
         feed.detach("session/a")
-        feed.publish("session/a", solid(10))  # a late frame of a publisher that has gone: not sent
-        assert wait_for(lambda: any(np.array_equal(f, feed.slate) for f in recorder.since(stopped)), 5)
+        feed.publish("session/a", OutputFrame(solid(10)))  # a late frame of a publisher that has gone: not sent
+        assert wait_for(lambda: any(np.array_equal(f, feed.slate.image) for f in recorder.since(stopped)), 5)
         after = recorder.since(stopped)
         held = [f for f in after if np.array_equal(f, solid(200))]
-        first_slate = next(t for t, f in recorder.frames if t >= stopped and np.array_equal(f, feed.slate))
+        first_slate = next(t for t, f in recorder.frames if t >= stopped and np.array_equal(f, feed.slate.image))
         assert held and not any(np.array_equal(f, solid(10)) for f in after)
         assert HOLD_S - 0.1 <= first_slate - stopped <= HOLD_S + 0.3
 
         feed.attach("stream/b")
         switched = time.monotonic()
-        feed.publish("stream/b", solid(90))
+        feed.publish("stream/b", OutputFrame(solid(90)))
         assert wait_for(lambda: recorder.keyframes == 2, 5)
         assert wait_for(lambda: any(np.array_equal(f, solid(90)) for f in recorder.since(switched)), 5)
         stats = feed.stats()
@@ -94,8 +95,8 @@ def test_a_newer_publisher_takes_over_and_the_older_one_is_not_heard() -> None:
         feed.attach("session/b")
         start = time.monotonic()
         for _ in range(int(GAP_S / 0.02) + 5):
-            feed.publish("session/a", solid(1))
-            feed.publish("session/b", solid(2))
+            feed.publish("session/a", OutputFrame(solid(1)))
+            feed.publish("session/b", OutputFrame(solid(2)))
             time.sleep(0.02)
         frames = recorder.since(start)
         assert frames and all(np.array_equal(f, solid(2)) for f in frames)
@@ -115,7 +116,7 @@ def test_frames_keep_their_shape_in_a_channel_of_another_shape() -> None:
 def test_an_output_that_fails_does_not_stop_the_others() -> None:
     feed, recorder = feed_with_recorder()
 
-    def broken(image: Image) -> None:
+    def broken(frame: OutputFrame) -> None:
         raise RuntimeError("encoder gone")
 
     feed.output_listeners.insert(0, broken)

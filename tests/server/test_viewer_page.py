@@ -18,6 +18,7 @@ import pytest
 from app.auth.keys import KeyStore
 from app.auth.settings import AccessSettings
 from app.bench.rtc_client import RtcClient, read_stamp
+from app.live.frame import OutputFrame
 from app.media.clips import MotionClip
 from app.pipeline.pipeline import FramePipeline
 from app.pipeline.types import Image
@@ -93,8 +94,8 @@ def test_viewer_page_shows_the_session_and_reconnects(server: RunningServer, tom
     assert response.status_code == 201, response.text
     output_at: dict[int, float] = {}
 
-    def record(image: Image) -> None:
-        frame_id = read_stamp(image)
+    def record(frame: OutputFrame) -> None:
+        frame_id = read_stamp(frame.image)
         if frame_id is not None:
             output_at.setdefault(frame_id, time.monotonic())
 

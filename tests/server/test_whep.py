@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 
 from app.bench.rtc_client import RtcClient, luma, read_stamp, stamp
+from app.live.frame import OutputFrame
 from app.media.clips import MotionClip, write_clip
 from app.media.rtsp_out import rtsp_unavailable_reason
 from app.pipeline.pipeline import FramePipeline
-from app.pipeline.types import Image
 from app.settings import PipelineSettings
 from tests.helpers import wait_for_async
 from tests.server.harness import RunningServer, upload
@@ -47,8 +47,8 @@ def test_two_viewers_pull_the_swapped_output_sharing_one_encode(
     identity = response.json()["id"]
     output_at: dict[int, float] = {}  # stamped id -> when the session produced it (same clock as the viewers)
 
-    def record(image: Image) -> None:
-        frame_id = read_stamp(image)
+    def record(frame: OutputFrame) -> None:
+        frame_id = read_stamp(frame.image)
         if frame_id is not None:
             output_at.setdefault(frame_id, time.monotonic())
 

@@ -28,12 +28,11 @@ import cv2
 import numpy as np
 import numpy.typing as npt
 
+from app.live.frame import OutputFrame, to_i420
 from app.media.mailbox import Mailbox
 from app.media.rtsp_out.appsrc_feeder import AppsrcFeeder
 from app.media.rtsp_out.bindings import Bindings
 from app.media.rtsp_out.pacing import Pacing
-from app.media.yuv import to_i420
-from app.pipeline.types import Image
 
 # Frames the appsrc may hold while the encoder is busy; older ones are dropped beyond that.
 APPSRC_MAX_BUFFERS = 2
@@ -87,7 +86,7 @@ class AudAppender:
         return Gst.PadProbeReturn.HANDLED
 
 
-class EncoderFeed(AppsrcFeeder[tuple[Image | None, bool, Any]]):
+class EncoderFeed(AppsrcFeeder[tuple[OutputFrame | None, bool, Any]]):
     """The feeder thread of one path and what it reads: the newest frame, the current media's appsrc and
     encoder, how many clients play, and the keyframes due.
 
@@ -108,8 +107,8 @@ class EncoderFeed(AppsrcFeeder[tuple[Image | None, bool, Any]]):
         self.frames_pushed = 0
         self.frames_sent = 0
         self.frames_repeated = 0
-        self._frames: Mailbox[Image] = Mailbox(cond=self._cond)
-        self._last: Image | None = None  # the newest frame pushed, streaming or not
+        self._frames: Mailbox[OutputFrame] = Mailbox(cond=self._cond)
+        self._last: OutputFrame | None = None  # the newest frame pushed, streaming or not
         self._previous: bytes | None = None  # the last frame sent, as I420 (feeder thread only)
         self._prime = False  # a new media waits for its first frame
         self._encoder: Any = None
@@ -129,14 +128,14 @@ class EncoderFeed(AppsrcFeeder[tuple[Image | None, bool, Any]]):
     def streaming(self) -> bool:
         return self._watchers > 0 and self._appsrc is not None
 
-    def offer(self, image: Image) -> None:
+    def offer(self, frame: OutputFrame) -> None:
         """The newest frame; kept for the feeder only while a client plays the path."""
         with self._cond:
             self.frames_pushed += 1
-            self._last = image
+            self._last = frame
             if self._watchers == 0 or self._appsrc is None or self._closed:
                 return
-            self._frames.put(image)
+            self._frames.put(frame)
 
     def frame_interval_s(self) -> float:
         """The producer's recent mean frame interval (the announced one until frames flow)."""
@@ -196,7 +195,7 @@ class EncoderFeed(AppsrcFeeder[tuple[Image | None, bool, Any]]):
             return True
 
     # Feeder thread.
-    def _next(self) -> tuple[Image | None, bool, Any] | None:
+    def _next(self) -> tuple[OutputFrame | None, bool, Any] | None:
         """Wait for what to send next, or None once closed: (image, fresh, appsrc).
 
         `image` is None to send the previous frame again (when `pacing` says so); `fresh` is True
@@ -221,7 +220,7 @@ class EncoderFeed(AppsrcFeeder[tuple[Image | None, bool, Any]]):
                     return None, False, appsrc
             return None
 
-    def _send(self, item: tuple[Image | None, bool, Any]) -> None:
+    def _send(self, item: tuple[OutputFrame | None, bool, Any]) -> None:
         image, fresh, appsrc = item
         if image is not None:
             self._previous = self._to_i420(image).tobytes()
@@ -242,15 +241,17 @@ class EncoderFeed(AppsrcFeeder[tuple[Image | None, bool, Any]]):
         else:
             self.frames_repeated += 1
 
-    def _black(self) -> Image:
-        return np.zeros((self.height, self.width, 3), np.uint8)
+    def _black(self) -> OutputFrame:
+        return OutputFrame(np.zeros((self.height, self.width, 3), np.uint8))
 
-    def _to_i420(self, image: Image) -> npt.NDArray[np.uint8]:
-        h, w = image.shape[:2]
-        sized: npt.NDArray[np.uint8] = image
-        if (w, h) != (self.width, self.height):
-            shrink = w * h > self.width * self.height
-            sized = cv2.resize(  # type: ignore[assignment]
-                image, (self.width, self.height), interpolation=cv2.INTER_AREA if shrink else cv2.INTER_LINEAR
-            )
-        return to_i420(sized)
+    def _to_i420(self, frame: OutputFrame) -> npt.NDArray[np.uint8]:
+        """The frame's own I420 form when it has the path's size (shared with the other outputs), else its
+        image resized and converted here."""
+        w, h = frame.size
+        if (w, h) == (self.width, self.height):
+            return frame.i420()
+        shrink = w * h > self.width * self.height
+        sized = cv2.resize(
+            frame.image, (self.width, self.height), interpolation=cv2.INTER_AREA if shrink else cv2.INTER_LINEAR
+        )
+        return to_i420(np.asarray(sized, np.uint8))

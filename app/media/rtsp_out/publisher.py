@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 import av
 import numpy as np
 
+from app.live.frame import OutputFrame
 from app.media.encoder import EncoderPolicy
 from app.media.rtsp_out.audio_feed import AudioFeed, audio_launch_fragment
 from app.media.rtsp_out.bindings import Bindings
@@ -131,11 +132,13 @@ class RtspPublisher:
         """True while at least one client plays the path (frames pushed now get encoded)."""
         return self._feed.streaming
 
-    def push(self, image: Image) -> None:
+    def push(self, image: Image | OutputFrame) -> None:
         """Offer the newest frame; returns at once. Frames of another size are resized."""
-        if image.ndim != 3 or image.shape[2] != 3 or image.dtype != np.uint8:
-            raise ValueError(f"expected a BGR uint8 HxWx3 image, got {image.dtype} {image.shape}")
-        self._feed.offer(image)
+        frame = OutputFrame.of(image)
+        pixels = frame.image
+        if pixels.ndim != 3 or pixels.shape[2] != 3 or pixels.dtype != np.uint8:
+            raise ValueError(f"expected a BGR uint8 HxWx3 image, got {pixels.dtype} {pixels.shape}")
+        self._feed.offer(frame)
 
     def push_audio(self, frame: av.AudioFrame, due: float | None = None) -> None:
         """Audio due to play now (or at `due`, a `time.monotonic()` instant), in sync with the frame pushed

@@ -1,10 +1,12 @@
-"""The streamer's page in a real browser connects again by itself: the server ends its session, and the page
-opens a new one with the same identity, channel and camera (backing off, honouring Retry-After), or, when the
-new session is refused for good (the identity deleted), stops and says why without trying again."""
+"""The streamer's page in a real browser connects again by itself: the server ends its session, or the network
+goes silent for longer than the grace, and the page opens a new one with the same identity, channel and camera
+(backing off, honouring Retry-After), or, when the new session is refused for good (the identity deleted), stops
+and says why without trying again."""
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +14,9 @@ import httpx
 import pytest
 
 from app.pipeline.detect import RetinaFaceDetector
-from tests.server.harness import PAGE_HEADERS, RunningServer, upload
+from app.pipeline.pipeline import FramePipeline
+from app.settings import PipelineSettings
+from tests.server.harness import PAGE_HEADERS, RunningServer, server_settings, start_server, upload
 from tests.server.test_browser import (
     CHROMIUM,
     camera_still,
@@ -218,3 +222,79 @@ def test_the_page_stops_and_says_why_when_the_identity_is_gone(
             assert errors == []
         finally:
             browser.close()
+
+
+class Silent:
+    """A datagram transport that sends nothing; everything else is the real one's."""
+
+    def __init__(self, transport: Any) -> None:
+        self._transport = transport
+
+    def sendto(self, data: bytes, addr: Any = None) -> None:
+        pass
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._transport, name)
+
+
+def cut_network(server: RunningServer, session_id: str) -> None:
+    """The session's UDP goes silent both ways, as when Wi-Fi drops: its sockets neither take nor send a packet.
+    The session itself stays open on the server."""
+
+    async def cut() -> None:
+        assert server.state.sessions is not None
+        session = server.state.sessions.get(session_id)
+        for transceiver in session.pc.getTransceivers():
+            connection = transceiver.receiver.transport.transport._connection
+            for protocol in connection._protocols:
+                protocol.datagram_received = lambda data, addr: None
+                protocol.transport = Silent(protocol.transport)
+
+    server.call(cut)
+
+
+def test_the_page_reconnects_after_the_network_stays_silent(
+    tmp_path: Path,
+    pipeline_factory: Callable[[PipelineSettings], FramePipeline],
+    detector: RetinaFaceDetector,
+    tom_png: bytes,
+) -> None:
+    """No answer from the server for longer than the grace: the page gives the connection up and opens a new
+    session (a server that ends silent sessions late, so only the browser notices)."""
+    args = chromium_args(camera(detector, tmp_path))
+    settings = server_settings(tmp_path / "identities", media_timeout_s=120.0)
+    with start_server(settings, pipeline_factory) as server:
+        identity = upload(server.base_url, tom_png, "tom.png").json()["id"]
+        posts = SessionPosts()
+        assert sync_playwright is not None
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=str(CHROMIUM), headless=True, args=args)
+            try:
+                errors: list[str] = []
+                page = open_page(browser, server, posts, identity, errors)
+                first_url = stream_live(page)
+                first_id = first_url.rsplit("/", 1)[1]
+
+                cut_network(server, first_id)
+                page.wait_for_function(
+                    "() => document.getElementById('session-status').textContent.includes('interrupted')",
+                    timeout=30_000,
+                )
+                page.wait_for_function(
+                    f"() => window.swapcast.state === 'live' && window.swapcast.sessionUrl"
+                    f" && !window.swapcast.sessionUrl.endsWith('{first_id}')",
+                    timeout=60_000,
+                )
+                assert page.evaluate("window.swapcast.error") == "the connection was interrupted"
+                assert "Reconnected" in (page.text_content("#session-status") or "")
+                # The silent session was still open on the server: the page ended it before opening the next.
+                second_id = str(page.evaluate("window.swapcast.sessionUrl")).rsplit("/", 1)[1]
+                assert session_ids(server) == {second_id}
+                assert len(posts.sent) == 2, posts.sent
+                page.wait_for_function(
+                    "() => window.swapcast.server && window.swapcast.server.frames_out >= 15", timeout=60_000
+                )
+                assert page.evaluate("window.cameraRequests") == 1
+                assert errors == []
+            finally:
+                browser.close()

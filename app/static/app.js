@@ -14,13 +14,23 @@ const page = {
   rtspUrl: null,
   statsTimer: null,
   lastBrowser: null,     // previous getStats sample, for rates
+  wanted: false,         // the user pressed start and not stop: a lost connection is made again
+  want: null,            // {identity, channel}: what every session of this stream asks for
+  generation: 0,         // bumped whenever a connection is dropped: late answers of an older one are ignored
+  failures: 0,           // tries since the connection was last stable (the backoff's step)
+  recovering: false,     // a connection was lost: the next one to come up is a reconnection
+  everLive: false,       // this stream was live at least once
+  timers: {},            // grace, connect, stable, retry, countdown
 };
 
 window.swapcast = {
-  state: "idle",         // idle, starting, live, stopped, failed
-  error: null,
+  state: "idle",         // idle, starting, live, reconnecting, stopped, failed
+  error: null,           // why it failed, or why the last connection was lost
   sessionUrl: null,
   identity: null,
+  channel: null,
+  attempt: 0,            // the reconnection try under way or waited for (0: none)
+  reconnects: 0,         // connections made again after one was lost
   server: null,          // last GET /v1/sessions/{id}
   browser: null,         // from RTCPeerConnection.getStats()
 };
@@ -71,14 +81,16 @@ function submitKey(event) {
   waiters.forEach((resolve) => resolve());
 }
 
+// `askKey: false` hands a 401 back instead of asking (what runs unattended must not wait for someone to type).
 async function api(url, options = {}) {
+  const { askKey = true, ...init } = options;
   for (;;) {
-    const headers = new Headers(options.headers || {});
+    const headers = new Headers(init.headers || {});
     headers.set("X-Swapcast", "1");
     const key = storedKey();
     if (key) headers.set("Authorization", `Bearer ${key}`);
-    const response = await fetch(url, { ...options, headers });
-    if (response.status !== 401) return response;
+    const response = await fetch(url, { ...init, headers });
+    if (response.status !== 401 || !askKey) return response;
     const hadKey = Boolean(key);
     sessionStorage.removeItem(KEY_STORAGE);
     await askForKey(hadKey ? "that key was not accepted; enter another" : "this server needs an API key");
@@ -174,6 +186,11 @@ async function loadThumbnail(img, id) {
 async function selectIdentity(id) {
   page.selected = id;
   renderIdentities();
+  if (page.wanted && !page.sessionUrl) {  // between connections: the next one asks for it
+    page.want.identity = id;
+    window.swapcast.identity = id;
+    return;
+  }
   if (!page.sessionUrl) return;
   const response = await api(page.sessionUrl, {
     method: "PATCH",
@@ -181,6 +198,7 @@ async function selectIdentity(id) {
     body: JSON.stringify({ identity: id }),
   });
   if (response.ok) {
+    if (page.want) page.want.identity = id;
     window.swapcast.identity = id;
     setStatus($("session-status"), "identity switched");
   } else {
@@ -238,10 +256,52 @@ async function upload(event) {
 
 // ------------------------------------------------------------------------------------------------ session
 
+// A stream is one camera and, while it lasts, a peer connection and a server session. When the connection is
+// lost while the user still wants to stream (the network drops, the laptop sleeps, the server ends the session),
+// the page opens a new session with the same identity, channel and camera, waiting longer after each failed try.
+// aiortc (the server's WebRTC stack) applies a peer's ICE credentials once and cannot restart ICE: hence a new session.
+const DISCONNECT_GRACE_MS = 2500; // "disconnected" often recovers by itself; this long, and it counts as lost
+const CONNECT_TIMEOUT_MS = 30000; // answered, but not connected this long after: lost
+const STABLE_MS = 10000;          // connected this long: the next loss starts the backoff from its first step
+const BACKOFF_MS = [1000, 2000, 4000, 8000, 10000];
+const RETRY_AFTER_MAX_S = 300;
+
+// A refused request: 4xx answers other than 408, 425 and 429 will not change by asking again.
+class Refusal extends Error {
+  constructor(status, detail, retryAfterS) {
+    super(`${detail} (${status})`);
+    this.status = status;
+    this.retryAfterS = retryAfterS;
+  }
+
+  get permanent() {
+    return this.status >= 400 && this.status < 500 && ![408, 425, 429].includes(this.status);
+  }
+}
+
+async function refusal(response) {
+  const header = response.headers.get("Retry-After");
+  let seconds = null;
+  if (header) {
+    seconds = /^\d+$/.test(header.trim()) ? Number(header) : (Date.parse(header) - Date.now()) / 1000;
+    if (!Number.isFinite(seconds) || seconds < 0) seconds = null;
+  }
+  return new Refusal(response.status, await errorText(response), seconds);
+}
+
 function updateButtons() {
   const ready = Boolean(page.server && page.server.ready);
-  $("start-button").disabled = !ready || !page.selected || Boolean(page.pc);
-  $("stop-button").disabled = !page.pc;
+  $("start-button").disabled = !ready || !page.selected || page.wanted;
+  $("stop-button").disabled = !page.wanted;
+  $("channel-input").disabled = page.wanted;
+}
+
+function clearTimers() {
+  for (const timer of Object.values(page.timers)) {
+    clearTimeout(timer);
+    clearInterval(timer);
+  }
+  page.timers = {};
 }
 
 // aiortc does not trickle ICE: the offer must carry every candidate, so wait for gathering to finish.
@@ -264,27 +324,72 @@ function iceGatheringComplete(pc, timeoutMs = 5000) {
 // STUN, and TURN with credentials minted for this session, as the server is configured; none on a LAN.
 async function iceServers() {
   try {
-    const response = await api("/v1/ice-servers");
+    const response = await api("/v1/ice-servers", { askKey: false });
     if (response.ok) return (await response.json()).iceServers;
   } catch (_) { /* no ICE servers: host candidates only */ }
   return [];
 }
 
+// The channel, from the field or the page's `?channel=`, is kept in the page's URL so a reload keeps it too.
+function keepChannelInUrl(channel) {
+  const url = new URL(location.href);
+  if (channel) url.searchParams.set("channel", channel);
+  else url.searchParams.delete("channel");
+  if (url.href !== location.href) history.replaceState(history.state, "", url);
+}
+
+function sessionsPath() {
+  const query = new URLSearchParams({ identity: page.want.identity });
+  if (page.want.channel) query.set("channel", page.want.channel);
+  return `/v1/sessions?${query}`;
+}
+
 async function start() {
+  if (page.wanted || !page.selected) return;
   const status = $("session-status");
-  window.swapcast.state = "starting";
-  window.swapcast.error = null;
+  const channel = $("channel-input").value.trim();
+  page.wanted = true;
+  page.want = { identity: page.selected, channel };
+  page.failures = 0;
+  page.recovering = false;
+  page.everLive = false;
+  Object.assign(window.swapcast, {
+    state: "starting", error: null, identity: page.selected, channel: channel || null, attempt: 0, reconnects: 0,
+  });
+  keepChannelInUrl(channel);
+  updateButtons();
   setStatus(status, "starting the camera…");
+  let stream;
   try {
-    page.stream = await navigator.mediaDevices.getUserMedia({
+    stream = await navigator.mediaDevices.getUserMedia({
       video: { width: { ideal: 640 }, height: { ideal: 480 }, frameRate: { ideal: 30 } },
       audio: $("mic-toggle").checked,
     });
-    $("local-video").srcObject = page.stream;
+  } catch (error) {
+    if (page.wanted) fail(`the camera did not start: ${error.message || error}`);
+    return;
+  }
+  if (!page.wanted) {  // stopped while the camera started
+    stream.getTracks().forEach((track) => track.stop());
+    return;
+  }
+  page.stream = stream;
+  $("local-video").srcObject = stream;
+  await connect();
+}
 
-    const pc = new RTCPeerConnection({ iceServers: await iceServers() });
+// One connection: a peer connection carrying the camera's tracks (the same ones every time) and a new session.
+async function connect() {
+  const generation = ++page.generation;
+  const current = () => generation === page.generation && page.wanted;
+  const again = page.recovering;
+  const status = $("session-status");
+  setStatus(status, again ? `reconnecting (attempt ${window.swapcast.attempt})…` : "connecting…");
+  try {
+    const servers = await iceServers();
+    if (!current()) return;
+    const pc = new RTCPeerConnection({ iceServers: servers });
     page.pc = pc;
-    updateButtons();
     pc.addTransceiver(page.stream.getVideoTracks()[0], { direction: "sendrecv", streams: [page.stream] });
     for (const track of page.stream.getAudioTracks()) {
       pc.addTransceiver(track, { direction: "sendrecv", streams: [page.stream] });
@@ -293,35 +398,124 @@ async function start() {
       const element = event.track.kind === "audio" ? $("remote-audio") : $("remote-video");
       element.srcObject = new MediaStream([event.track]);
     });
-    pc.addEventListener("connectionstatechange", () => {
-      if (pc !== page.pc) return;
-      if (pc.connectionState === "connected") {
-        window.swapcast.state = "live";
-        setStatus(status, "live");
-      } else if (pc.connectionState === "failed") {
-        fail("the connection failed");
-      }
-    });
+    pc.addEventListener("connectionstatechange", () => connectionChanged(pc, generation));
 
-    setStatus(status, "connecting…");
     await pc.setLocalDescription(await pc.createOffer());
     await iceGatheringComplete(pc);
-    const response = await api(`/v1/sessions?identity=${encodeURIComponent(page.selected)}`, {
+    if (!current()) return;
+    const response = await api(sessionsPath(), {
       method: "POST",
       headers: { "Content-Type": "application/sdp" },
       body: pc.localDescription.sdp,
+      askKey: !again,
+      signal: AbortSignal.timeout(CONNECT_TIMEOUT_MS),  // a server that never answers is one to try again
     });
-    if (!response.ok) throw new Error(await errorText(response));
-    page.sessionUrl = response.headers.get("Location");
+    if (!response.ok) throw await refusal(response);
+    const sessionUrl = response.headers.get("Location");
+    if (!current()) {  // stopped, or given up on, while the server answered
+      api(sessionUrl, { method: "DELETE", askKey: false }).catch(() => {});
+      return;
+    }
+    page.sessionUrl = sessionUrl;
     page.rtspUrl = response.headers.get("X-RTSP-URL");
-    window.swapcast.sessionUrl = page.sessionUrl;
-    window.swapcast.identity = page.selected;
+    window.swapcast.sessionUrl = sessionUrl;
+    window.swapcast.identity = page.want.identity;
     await pc.setRemoteDescription({ type: "answer", sdp: await response.text() });
+    if (!current()) return;
     showRtsp();
     page.statsTimer = setInterval(updateStats, 1000);
+    page.timers.connect = setTimeout(() => {
+      if (current() && pc.connectionState !== "connected") lost("the connection did not come up");
+    }, CONNECT_TIMEOUT_MS);
   } catch (error) {
-    fail(error.message || String(error));
+    if (!current()) return;
+    const message = error.message || String(error);
+    if (error instanceof Refusal && error.permanent) {
+      fail(again ? `stopped reconnecting: ${message}` : message);
+    } else {
+      lost(message, error instanceof Refusal ? error.retryAfterS : null);
+    }
   }
+}
+
+function connectionChanged(pc, generation) {
+  if (generation !== page.generation || !page.wanted) return;
+  const status = $("session-status");
+  const state = pc.connectionState;
+  clearTimeout(page.timers.grace);
+  if (state === "connected") {
+    clearTimeout(page.timers.connect);
+    window.swapcast.state = "live";
+    window.swapcast.attempt = 0;
+    page.everLive = true;
+    if (page.recovering) {
+      page.recovering = false;
+      window.swapcast.reconnects += 1;
+      setStatus(status, "Reconnected · live");
+    } else {
+      setStatus(status, "live");
+    }
+    clearTimeout(page.timers.stable);
+    page.timers.stable = setTimeout(() => { page.failures = 0; }, STABLE_MS);
+  } else if (state === "disconnected") {
+    setStatus(status, "connection interrupted, waiting for it to come back…", true);
+    page.timers.grace = setTimeout(() => {
+      if (generation === page.generation && pc.connectionState === "disconnected") {
+        lost("the connection was interrupted");
+      }
+    }, DISCONNECT_GRACE_MS);
+  } else if (state === "failed" || state === "closed") {
+    lost(`the connection ${state}`);
+  }
+}
+
+// Drop the current connection (its server session too, if the server still holds it: that frees its slot).
+function dropConnection() {
+  page.generation += 1;
+  clearInterval(page.statsTimer);
+  page.statsTimer = null;
+  clearTimers();
+  const url = page.sessionUrl;
+  page.sessionUrl = null;
+  window.swapcast.sessionUrl = null;
+  if (page.pc) page.pc.close();
+  page.pc = null;
+  page.lastBrowser = null;
+  page.rtspUrl = null;
+  window.swapcast.server = null;  // the next connection's stats start from nothing
+  window.swapcast.browser = null;
+  showRtsp();
+  if (!url) return Promise.resolve();
+  return api(url, { method: "DELETE", askKey: false }).catch(() => { /* the server ends it on its own */ });
+}
+
+// The connection is gone but the user still wants to stream: try again, later after each failure.
+function lost(reason, retryAfterS = null) {
+  if (!page.wanted) return;
+  dropConnection();
+  page.recovering = true;
+  page.failures += 1;
+  const attempt = page.failures;
+  const base = BACKOFF_MS[Math.min(attempt, BACKOFF_MS.length) - 1];
+  let delay = base * (1 + 0.25 * Math.random());
+  if (retryAfterS !== null && retryAfterS !== undefined) {
+    delay = Math.max(delay, Math.min(retryAfterS, RETRY_AFTER_MAX_S) * 1000);
+  }
+  Object.assign(window.swapcast, { state: "reconnecting", error: reason, attempt });
+  const due = Date.now() + delay;
+  const what = page.everLive ? "Connection lost" : "Could not connect";
+  const show = () => {
+    const seconds = Math.max(1, Math.ceil((due - Date.now()) / 1000));
+    const text = `${what} — reconnecting (attempt ${attempt}) in ${seconds} s… (${reason})`;
+    setStatus($("session-status"), text, true);
+  };
+  show();
+  page.timers.countdown = setInterval(show, 1000);
+  page.timers.retry = setTimeout(() => {
+    clearInterval(page.timers.countdown);
+    if (page.wanted) connect();
+  }, delay);
+  updateButtons();
 }
 
 function showRtsp() {
@@ -348,36 +542,27 @@ async function makeViewUrl() {
   navigator.clipboard.writeText(url).catch(() => {});
 }
 
+// Given up: what will not change by trying again (the identity gone, the key refused, the offer refused).
 function fail(message) {
-  window.swapcast.state = "failed";
-  window.swapcast.error = message;
+  teardown();
+  Object.assign(window.swapcast, { state: "failed", error: message, attempt: 0 });
   setStatus($("session-status"), message, true);
-  teardown(false);
 }
 
 async function stop() {
-  await teardown(true);
-  window.swapcast.state = "stopped";
+  await teardown();
+  Object.assign(window.swapcast, { state: "stopped", attempt: 0 });
   setStatus($("session-status"), "stopped");
 }
 
-async function teardown(tellServer) {
-  clearInterval(page.statsTimer);
-  page.statsTimer = null;
-  const url = page.sessionUrl;
-  page.sessionUrl = null;
-  window.swapcast.sessionUrl = null;
-  if (url && tellServer) {
-    try { await api(url, { method: "DELETE" }); } catch (_) { /* the server ends it on its own */ }
-  }
-  if (page.pc) page.pc.close();
-  page.pc = null;
+async function teardown() {
+  page.wanted = false;
+  page.recovering = false;
+  const deleted = dropConnection();
   if (page.stream) page.stream.getTracks().forEach((track) => track.stop());
   page.stream = null;
-  page.lastBrowser = null;
-  page.rtspUrl = null;
-  showRtsp();
   updateButtons();
+  await deleted;
 }
 
 // ------------------------------------------------------------------------------------------------ stats
@@ -387,9 +572,13 @@ function ms(value) {
 }
 
 async function updateStats() {
-  if (!page.pc || !page.sessionUrl) return;
+  const pc = page.pc;
+  const url = page.sessionUrl;
+  if (!pc || !url) return;
+  const still = () => pc === page.pc && url === page.sessionUrl;
   try {
-    const response = await api(page.sessionUrl);
+    const response = await api(url, { askKey: false });
+    if (!still()) return;
     if (response.ok) {
       const s = await response.json();
       window.swapcast.server = s;
@@ -401,13 +590,15 @@ async function updateStats() {
       $("stat-server-drops").textContent = `${s.dropped} of ${s.frames_in}${reasons ? ` (${reasons})` : ""}`;
       $("stat-codec").textContent = s.codec || "—";
       if (s.rtsp_url && !page.rtspUrl) { page.rtspUrl = s.rtsp_url; showRtsp(); }
-    } else if (response.status === 404) {
-      fail("the server ended the session");
+    } else if ([401, 403, 404].includes(response.status)) {
+      // Gone, or no longer ours to see: a new session says why, if it is refused too.
+      lost("the server ended the session");
       return;
     }
   } catch (_) { /* next tick */ }
 
-  const report = await page.pc.getStats();
+  const report = await pc.getStats();
+  if (!still()) return;
   const now = {};
   report.forEach((entry) => {
     if (entry.type === "inbound-rtp" && entry.kind === "video") {
@@ -445,6 +636,7 @@ for (const choice of document.querySelectorAll("#upload-consent input[name=conse
 }
 $("start-button").addEventListener("click", start);
 $("stop-button").addEventListener("click", stop);
+$("channel-input").value = new URLSearchParams(location.search).get("channel") || "";
 $("copy-rtsp").addEventListener("click", () => navigator.clipboard.writeText(page.rtspUrl || ""));
 $("make-view-url").addEventListener("click", () => makeViewUrl().catch(() => {}));
 window.addEventListener("pagehide", () => {

@@ -2,7 +2,10 @@
 // window, no controls, transparent around the video, and reconnects on its own (the session restarting, the
 // network dropping, the server restarting). `?token=...` (a viewer token of that output) is sent as a bearer
 // token; `&audio=1` plays the session's audio too (for OBS with "Control audio via OBS"; off by default, since
-// a browser may refuse to start unmuted playback on its own).
+// a browser may refuse to start unmuted playback on its own). It waits longer after each failed try (with
+// jitter, and at least a 429's or 503's Retry-After) and never gives up: nobody is at an OBS source to press a
+// button, and a stream's output may come back. What it is doing is in the page's title and `swapcastViewer`,
+// never drawn over the video.
 "use strict";
 
 (() => {
@@ -15,7 +18,9 @@
   const withAudio = new URLSearchParams(location.search).get("audio") === "1";
   const endpoint = `/v1/${kind}/${encodeURIComponent(outputId)}/whep`;
   const STALL_MS = 3000; // no new frame for this long: connect again
-  const RETRY_MS = [500, 1000, 2000, 4000];
+  const RETRY_MS = [500, 1000, 2000, 4000, 8000, 10000];
+  const RETRY_AFTER_MAX_S = 300;
+  const TITLE = document.title;
 
   const status = (window.swapcastViewer = {
     state: "starting",
@@ -23,9 +28,17 @@
     connects: 0,
     framesDecoded: 0,
     resource: null,
+    attempt: 0, // tries since frames last flowed (0: none)
+    message: "connecting…",
   });
 
+  function show(message) {
+    status.message = message;
+    document.title = `${TITLE} · ${message}`;
+  }
+
   let pc = null;
+  let connecting = false; // an offer is out: the stall check waits for its answer
   let failures = 0;
   let lastFrameAt = 0;
   let lastFrames = 0;
@@ -55,6 +68,15 @@
   }
 
   async function connect() {
+    connecting = true;
+    try {
+      await offer();
+    } finally {
+      connecting = false;
+    }
+  }
+
+  async function offer() {
     release();
     status.state = "connecting";
     const peer = (pc = new RTCPeerConnection());
@@ -69,7 +91,10 @@
     };
     peer.onconnectionstatechange = () => {
       if (peer !== pc) return;
-      if (peer.connectionState === "connected") status.state = "live";
+      if (peer.connectionState === "connected") {
+        status.state = "live";
+        show(status.connects > 1 ? "reconnected · live" : "live");
+      }
       if (peer.connectionState === "failed" || peer.connectionState === "closed") retry("connection " + peer.connectionState);
     };
     await peer.setLocalDescription(await peer.createOffer());
@@ -78,33 +103,56 @@
       method: "POST",
       headers: headers({ "Content-Type": "application/sdp" }),
       body: peer.localDescription.sdp,
+      signal: AbortSignal.timeout(20000), // an answer that never comes must not hold up the next try
     });
-    if (response.status !== 201) throw new Error(`${response.status} ${await response.text()}`);
+    if (response.status !== 201) throw await refused(response);
     if (peer !== pc) return;
     status.resource = new URL(response.headers.get("Location"), location.href).href;
     await peer.setRemoteDescription({ type: "answer", sdp: await response.text() });
     status.connects += 1;
-    failures = 0;
     lastFrameAt = performance.now();
   }
 
+  // An error for a refused WHEP request: its status, what the server said, and how long it asked to wait.
+  async function refused(response) {
+    const error = new Error(`${response.status} ${await response.text()}`);
+    error.status = response.status;
+    const header = response.headers.get("Retry-After");
+    if (header && /^\d+$/.test(header.trim())) error.retryAfterS = Math.min(Number(header), RETRY_AFTER_MAX_S);
+    return error;
+  }
+
   let retrying = null;
-  function retry(reason) {
+  function retry(reason, error) {
     status.error = reason;
     status.state = "waiting";
     if (retrying) return;
-    const delay = RETRY_MS[Math.min(failures, RETRY_MS.length - 1)];
+    // Gone or not allowed (401, 403, 404) will not pass soon: wait as long as the backoff ever does.
+    if (error && [401, 403, 404].includes(error.status)) failures = Math.max(failures, RETRY_MS.length - 1);
+    const base = RETRY_MS[Math.min(failures, RETRY_MS.length - 1)];
+    let delay = base * (1 + 0.25 * Math.random());
+    if (error && error.retryAfterS) delay = Math.max(delay, error.retryAfterS * 1000);
     failures += 1;
+    status.attempt += 1;
+    const due = performance.now() + delay;
+    const countdown = () => {
+      const seconds = Math.max(1, Math.ceil((due - performance.now()) / 1000));
+      show(`reconnecting (attempt ${status.attempt}) in ${seconds} s… (${reason})`);
+    };
+    countdown();
+    const ticking = setInterval(countdown, 1000);
     retrying = setTimeout(() => {
+      clearInterval(ticking);
       retrying = null;
-      connect().catch((err) => retry(String(err)));
+      show(`reconnecting (attempt ${status.attempt})…`);
+      connect().catch((err) => retry(String(err.message || err), err));
     }, delay);
   }
 
   // Frames decoded, from the receiver's stats: a stall means the session or the network went away.
   setInterval(async () => {
     const peer = pc;
-    if (!peer || retrying) return;
+    if (!peer || retrying || connecting) return;
     let frames = 0;
     (await peer.getStats()).forEach((s) => {
       if (s.type === "inbound-rtp" && s.kind === "video") frames = s.framesDecoded || 0;
@@ -115,6 +163,10 @@
     if (frames !== lastFrames) {
       lastFrames = frames;
       lastFrameAt = now;
+      if (frames > 0 && failures) {  // frames flow again: the next failure starts the backoff over
+        failures = 0;
+        status.attempt = 0;
+      }
     } else if (now - lastFrameAt > STALL_MS) {
       lastFrames = 0;
       retry("no frames for " + STALL_MS / 1000 + " s");
@@ -122,5 +174,6 @@
   }, 500);
 
   window.addEventListener("pagehide", release);
-  connect().catch((err) => retry(String(err)));
+  show("connecting…");
+  connect().catch((err) => retry(String(err.message || err), err));
 })();

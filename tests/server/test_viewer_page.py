@@ -9,6 +9,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import cv2
 import httpx
@@ -26,6 +27,9 @@ from app.settings import PipelineSettings
 from tests.server.credentials import bearer
 from tests.server.harness import RunningServer, server_settings, start_server, upload
 from tests.server.test_browser import CHROMIUM, chromium_args, keep_loopback_candidates, sync_playwright
+
+if TYPE_CHECKING:
+    from playwright.sync_api import Route
 
 pytestmark = [
     pytest.mark.slow,
@@ -146,6 +150,8 @@ def test_viewer_page_shows_the_session_and_reconnects(server: RunningServer, tom
                 page.wait_for_function("() => document.getElementById('video').videoWidth > 0", timeout=30_000)
                 (again,) = httpx.get(viewers_url).json()["viewers"]
                 assert again["id"] != viewer["id"]
+                page.wait_for_function("() => window.swapcastViewer.message === 'reconnected · live'", timeout=30_000)
+                assert page.title().endswith("reconnected · live")
                 assert read_stamp(grab(page)) in output_at
                 assert errors == []
             finally:
@@ -173,7 +179,14 @@ def test_the_obs_recipe_a_viewer_token_in_the_page_url_shows_the_session_on_a_ke
                 browser = p.chromium.launch(executable_path=str(CHROMIUM), headless=True, args=ARGS)
                 try:
                     page = browser.new_page(viewport={"width": 640, "height": 480})
-                    page.route("**/whep", keep_loopback_candidates)
+                    offers: list[float] = []
+
+                    def count_offers(route: Route) -> None:
+                        if route.request.method == "POST":
+                            offers.append(time.monotonic())
+                        keep_loopback_candidates(route)
+
+                    page.route("**/whep", count_offers)
                     page.goto(f"{server.base_url}{view_url}")
                     page.wait_for_function("() => window.swapcastViewer.framesDecoded >= 10", timeout=60_000)
                     assert read_stamp(grab(page)) is not None
@@ -182,7 +195,11 @@ def test_the_obs_recipe_a_viewer_token_in_the_page_url_shows_the_session_on_a_ke
                         f"{server.base_url}/v1/sessions/{session}/viewer-tokens/{token_id}", headers=bearer(streamer)
                     )
                     assert revoked.status_code == 204
-                    # The viewer ends; the page's next try is refused.
+                    # The viewer ends; the page's next try is refused, and it waits long before the one after.
                     page.wait_for_function("() => (window.swapcastViewer.error || '').includes('401')", timeout=30_000)
+                    refused = len(offers)
+                    assert "reconnecting (attempt" in page.evaluate("window.swapcastViewer.message")
+                    time.sleep(5)
+                    assert len(offers) == refused, "the page asked again at once after a 401"
                 finally:
                     browser.close()

@@ -489,8 +489,38 @@ function dropConnection() {
   return api(url, { method: "DELETE", askKey: false }).catch(() => { /* the server ends it on its own */ });
 }
 
-// The connection is gone but the user still wants to stream: try again, later after each failure.
+// The connection is gone but the user still wants to stream: try again, later after each failure. Unless another
+// session took our channel over (a second tab or device): taking it back would start the two taking it from each
+// other for ever, so this page stops and says why.
 function lost(reason, retryAfterS = null) {
+  if (!page.wanted) return;
+  const channel = page.want && page.want.channel;
+  const mine = page.sessionUrl ? `session/${page.sessionUrl.split("/").pop()}` : null;
+  if (!channel || !mine) {
+    reconnectLater(reason, retryAfterS);
+    return;
+  }
+  const generation = page.generation;
+  channelPublisher(channel).then((publisher) => {
+    if (!page.wanted || generation !== page.generation) return;
+    if (publisher && publisher !== mine) {
+      fail(`another session took channel ${channel} over; stopped here so that the two do not keep taking it back`);
+    } else {
+      reconnectLater(reason, retryAfterS);
+    }
+  });
+}
+
+// Who publishes into the channel now (`session/ID`, `stream/ID`), or null (nobody, or it cannot be read).
+async function channelPublisher(channel) {
+  try {
+    const response = await api(`/v1/channels/${encodeURIComponent(channel)}`, { askKey: false });
+    if (response.ok) return (await response.json()).publisher;
+  } catch (_) { /* unreachable server: reconnecting is all there is to do */ }
+  return null;
+}
+
+function reconnectLater(reason, retryAfterS) {
   if (!page.wanted) return;
   dropConnection();
   page.recovering = true;

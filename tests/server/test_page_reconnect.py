@@ -1,10 +1,12 @@
 """The streamer's page in a real browser connects again by itself: the server ends its session, or the network
 goes silent for longer than the grace, and the page opens a new one with the same identity, channel and camera
-(backing off, honouring Retry-After), or, when the new session is refused for good (the identity deleted), stops
-and says why without trying again."""
+(backing off, honouring Retry-After), back into the same channel; or, when the new session is refused for good
+(the identity deleted) or another device took the channel over, it stops and says why without trying again."""
 
 from __future__ import annotations
 
+import asyncio
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -13,6 +15,8 @@ from typing import Any
 import httpx
 import pytest
 
+from app.bench.rtc_client import RtcClient
+from app.media.clips import MotionClip
 from app.pipeline.detect import RetinaFaceDetector
 from app.pipeline.pipeline import FramePipeline
 from app.settings import PipelineSettings
@@ -102,6 +106,12 @@ def stream_live(page: Any) -> str:
     return str(page.evaluate("window.swapcast.sessionUrl"))
 
 
+def channel(server: RunningServer, name: str) -> dict[str, Any]:
+    found = httpx.get(f"{server.base_url}/v1/channels/{name}")
+    assert found.status_code == 200, found.text
+    return dict(found.json())
+
+
 def session_ids(server: RunningServer) -> set[str]:
     listed = httpx.get(f"{server.base_url}/v1/sessions")
     assert listed.status_code == 200, listed.text
@@ -113,6 +123,8 @@ def test_the_page_opens_a_new_session_when_the_server_ends_its_own(
 ) -> None:
     args = chromium_args(camera(detector, tmp_path))
     identity = upload(server.base_url, tom_png, "tom.png").json()["id"]
+    made = httpx.post(f"{server.base_url}/v1/channels", json={"name": "studio-a"}, headers=PAGE_HEADERS)
+    assert made.status_code == 201, made.text
     posts = SessionPosts()
     assert sync_playwright is not None
     with sync_playwright() as p:
@@ -125,6 +137,7 @@ def test_the_page_opens_a_new_session_when_the_server_ends_its_own(
             first_id = first_url.rsplit("/", 1)[1]
             assert page.text_content("#session-status") == "live"
             assert len(posts.sent) == 1
+            assert channel(server, "studio-a")["publisher"] == f"session/{first_id}"
 
             # The server ends the session, as its owner's DELETE does; the page's next try finds the server
             # full (503, Retry-After: 3), and the one after gets a session.
@@ -156,6 +169,8 @@ def test_the_page_opens_a_new_session_when_the_server_ends_its_own(
             assert posts.sent[2][0] - posts.refused_at >= 2.5, "Retry-After was not honoured"
             stats = httpx.get(f"{server.base_url}{second_url}").json()
             assert stats["identity"] == identity and stats["state"] == "connected"
+            assert stats["channel"] == "studio-a"  # back into the same channel, by itself
+            assert channel(server, "studio-a")["publisher"] == f"session/{second_id}"
 
             # Swapped frames flow on the new session, from the same camera stream (asked for once).
             before = stats["frames_out"]
@@ -298,3 +313,53 @@ def test_the_page_reconnects_after_the_network_stays_silent(
                 assert errors == []
             finally:
                 browser.close()
+
+
+def test_the_page_does_not_take_its_channel_back_from_a_newer_session(
+    server: RunningServer, detector: RetinaFaceDetector, tmp_path: Path, tom_png: bytes, clip: MotionClip
+) -> None:
+    """A second device publishing into the same channel takes it over; the page's session is ended, and the
+    page stops and says so instead of taking the channel back (the two would take it from each other for ever)."""
+    args = chromium_args(camera(detector, tmp_path))
+    identity = upload(server.base_url, tom_png, "tom.png").json()["id"]
+    made = httpx.post(f"{server.base_url}/v1/channels", json={"name": "studio-b"}, headers=PAGE_HEADERS)
+    assert made.status_code == 201, made.text
+    posts = SessionPosts()
+    assert sync_playwright is not None
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=str(CHROMIUM), headless=True, args=args)
+        try:
+            errors: list[str] = []
+            page = open_page(browser, server, posts, identity, errors, "?channel=studio-b")
+            stream_live(page)
+
+            done = threading.Event()
+            newer: list[str] = []
+
+            def other_device() -> None:
+                async def run() -> None:
+                    client = RtcClient(clip.frames, fps=10)
+                    async with httpx.AsyncClient(base_url=server.base_url, timeout=30) as http:
+                        response = await client.connect(http, f"/v1/sessions?identity={identity}&channel=studio-b")
+                        newer.append((client.location or "").rsplit("/", 1)[1])
+                        assert response.status_code == 201
+                        await asyncio.to_thread(done.wait, 60)
+                        await client.close()
+
+                asyncio.run(run())
+
+            device = threading.Thread(target=other_device)
+            device.start()
+            try:
+                page.wait_for_function("() => window.swapcast.state === 'failed'", timeout=60_000)
+            finally:
+                done.set()
+                device.join(timeout=30)
+            status = page.text_content("#session-status") or ""
+            assert "took channel studio-b over" in status, status
+            time.sleep(3)
+            assert len(posts.sent) == 1, posts.sent  # no try to take it back
+            assert newer and channel(server, "studio-b")["publisher"] in (f"session/{newer[0]}", None)
+            assert errors == []
+        finally:
+            browser.close()

@@ -151,7 +151,7 @@ def measure(
             "open_s": round(open_s, 2),
             "ffprobe_s": ffprobe_s,
             "first_frame_s": round(first_frame_s, 2) if first_frame_s is not None else None,
-            "dropped": publisher.dropped,
+            "dropped": publisher.feed.dropped,
             "p50_ms": round(float(np.percentile(ms, 50)), 1) if len(ms) else None,
             "p95_ms": round(float(np.percentile(ms, 95)), 1) if len(ms) else None,
             "max_ms": round(float(ms.max()), 1) if len(ms) else None,

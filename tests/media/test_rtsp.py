@@ -119,7 +119,7 @@ def test_frames_before_any_client_are_dropped_cheaply(server: RtspServer, clip: 
     try:
         for frame in clip.frames[:10]:
             p.push(frame)
-        assert (p.frames_pushed, p.frames_sent, p.dropped, p.streaming) == (10, 0, 0, False)
+        assert (p.feed.frames_pushed, p.feed.frames_sent, p.feed.dropped, p.feed.streaming) == (10, 0, 0, False)
         assert server.client_count("idle") == 0
         with pytest.raises(ValueError, match="BGR uint8"):
             p.push(np.zeros((480, 640), np.uint8))
@@ -139,7 +139,7 @@ def test_a_paused_producer_still_serves_its_last_frame(server: RtspServer, clip:
         paused.push(stamp_frame_id(clip.frames[5].copy(), 7))  # pushed while nobody watches
         frames = pull(server.url("paused"), 2)  # the second one only comes as a repeat
         assert [read_frame_id(image) for _, image in frames] == [7, 7]
-        assert paused.frames_sent == 0 and paused.frames_repeated >= 2
+        assert paused.feed.frames_sent == 0 and paused.feed.frames_repeated >= 2
     finally:
         never.close()
         paused.close()
@@ -171,10 +171,10 @@ def test_pyav_client_gets_the_pushed_frames(server: RtspServer, publisher: RtspP
         # With the client still connected, a burst far faster than the encoder: only the newest
         # frames are kept and the others are counted.
         if n == 45:
-            before = publisher.dropped
+            before = publisher.feed.dropped
             for _ in range(100):
                 publisher.push(burst)
-            dropped.append(publisher.dropped - before)
+            dropped.append(publisher.feed.dropped - before)
 
     with Feeder(clip, publisher) as feeder:
         frames = pull(server.url(publisher.path), 45, on_frame=push_burst)
@@ -196,7 +196,7 @@ def test_pyav_client_gets_the_pushed_frames(server: RtspServer, publisher: RtspP
     assert 0.5 * pushed_rate < received_rate < 1.5 * pushed_rate, (received_rate, pushed_rate)
     first, last = readable[0][0], readable[-1][0]
     assert last - first + 1 <= 1.5 * len(frames), "too many frames skipped"
-    assert publisher.frames_sent + publisher.dropped <= publisher.frames_pushed
+    assert publisher.feed.frames_sent + publisher.feed.dropped <= publisher.feed.frames_pushed
 
 
 @pytest.mark.slow

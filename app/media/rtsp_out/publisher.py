@@ -33,9 +33,9 @@ log = logging.getLogger(__name__)
 class RtspPublisher:
     """One published path: `push` frames, clients pull H.264 over RTSP.
 
-    Counters (plain ints, read without locking): ``frames_pushed``, ``frames_sent``, ``dropped``,
-    ``frames_repeated`` and ``errors``, as `EncoderFeed` explains. Frames pushed while no client is
-    watching are neither sent nor dropped.
+    Its counters are its `feed`'s (plain ints, read without locking: ``frames_pushed``, ``frames_sent``,
+    ``dropped``, ``frames_repeated`` and ``errors``, as `EncoderFeed` explains). Frames pushed while no client
+    is watching are neither sent nor dropped.
 
     `push` keeps a reference to the array: do not modify it afterwards. The server tells the
     publisher about its clients through `set_watchers`, `client_started`, `release` and `shutdown`,
@@ -104,33 +104,10 @@ class RtspPublisher:
         return factory
 
     @property
-    def frames_pushed(self) -> int:
-        return self._feed.frames_pushed
-
-    @property
-    def frames_sent(self) -> int:
-        return self._feed.frames_sent
-
-    @property
-    def frames_repeated(self) -> int:
-        return self._feed.frames_repeated
-
-    @property
-    def errors(self) -> int:
-        return self._feed.errors
-
-    @property
-    def dropped(self) -> int:
-        return self._feed.dropped
-
-    @property
-    def closed(self) -> bool:
-        return self._feed.closed
-
-    @property
-    def streaming(self) -> bool:
-        """True while at least one client plays the path (frames pushed now get encoded)."""
-        return self._feed.streaming
+    def feed(self) -> EncoderFeed:
+        """The path's video feed, with its counters (`frames_pushed`, `frames_sent`, `frames_repeated`,
+        `errors`, `dropped`) and state (`streaming`: a client plays the path; `closed`)."""
+        return self._feed
 
     def push(self, image: Image | OutputFrame) -> None:
         """Offer the newest frame; returns at once. Frames of another size are resized."""

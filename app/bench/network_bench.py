@@ -148,7 +148,7 @@ class RelayedClient(RtcClient):
             self.feedback["keyframe_requests_received"] += 1
             keyframe()
 
-        setattr(sender, "_send_keyframe", requested)  # noqa: B010 (mypy refuses assigning to a method)
+        setattr(sender, "_send_keyframe", requested)  # noqa: B010 (a method is not assignable when type-checked)
 
     async def bytes_sent(self) -> int:
         report = await self.pc.getTransceivers()[0].sender.getStats()

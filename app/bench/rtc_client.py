@@ -182,16 +182,25 @@ class RtcClient:
                 self._remote.set_result(track)
 
         await self.pc.setLocalDescription(await self.pc.createOffer())
-        response = await http.post(
-            url, content=self.pc.localDescription.sdp, headers={"Content-Type": "application/sdp"}
-        )
+        offer = self.offer_to_post(self.pc.localDescription.sdp)
+        response = await http.post(url, content=offer, headers={"Content-Type": "application/sdp"})
         response.raise_for_status()
         self.location = response.headers.get("location")
         self.answer = response.text
-        await self.pc.setRemoteDescription(RTCSessionDescription(sdp=response.text, type="answer"))
+        await self.pc.setRemoteDescription(
+            RTCSessionDescription(sdp=self.answer_to_apply(response.text), type="answer")
+        )
         remote = await self._remote
         self._reader = asyncio.ensure_future(self._read(remote))
         return response
+
+    def offer_to_post(self, sdp: str) -> str:
+        """The offer as posted to the server: as created (a subclass may route it elsewhere)."""
+        return sdp
+
+    def answer_to_apply(self, sdp: str) -> str:
+        """The server's answer as applied: as received (a subclass may route it elsewhere)."""
+        return sdp
 
     async def _read(self, track: MediaStreamTrack) -> None:
         with contextlib.suppress(MediaStreamError):

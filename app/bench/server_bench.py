@@ -356,7 +356,7 @@ def engine_unavailable(kind: str) -> str | None:
     return f"the mesh engine needs its landmark model: run `swapcast models import {settings.landmark_model}`"
 
 
-def _clip(resolution: str, count: int) -> list[Image]:
+def bench_clip(resolution: str, count: int) -> list[Image]:
     from app.media.clips import load_sample, make_motion_clip
 
     astronaut = load_sample("astronaut")
@@ -365,7 +365,7 @@ def _clip(resolution: str, count: int) -> list[Image]:
     return make_motion_clip(astronaut, size=size, frames=count, focus=(225.0, 118.0), seed=3).frames
 
 
-def _upload_identity(server: BenchServer) -> None:
+def upload_identity(server: BenchServer) -> None:
     import cv2
 
     from app.media.clips import load_sample
@@ -420,18 +420,37 @@ def _rtsp_cell(
     )
     summary = cell.summary()
     if progress:
-        lat = summary["latency_ms"]
-        print(
-            f"{kind:>11} {resolution} rtsp ingest: p50 {lat['p50']} ms, p95 {lat['p95']} ms, {summary['fps']} fps"
-            + (f" FAILED {cell.failed}" if cell.failed else ""),
-            flush=True,
+        print_progress(
+            f"{kind:>11} {resolution} rtsp ingest", summary["latency_ms"], f"{summary['fps']} fps", cell.failed
         )
     return summary
 
 
+def print_progress(label: str, latency: dict[str, Any], rest: str, failed: str | None) -> None:
+    """One line of a benchmark's progress: what was measured, its latency, the rest, and why it failed."""
+    print(
+        f"{label}: p50 {latency['p50']} ms, p95 {latency['p95']} ms, {rest}" + (f" FAILED {failed}" if failed else ""),
+        flush=True,
+    )
+
+
+def machine_report(load_before_1m: float) -> dict[str, Any]:
+    """The machine a WebRTC benchmark ran on, and its load before and after."""
+    import aiortc
+
+    return {
+        "cpus": os.cpu_count(),
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "aiortc": aiortc.__version__,
+        # Everything (clients, servers, codecs) shares these cores: other load skews every cell.
+        "load_average_1m": {"before": round(load_before_1m, 2), "after": round(os.getloadavg()[0], 2)},
+    }
+
+
 def run_server_bench(config: ServerBenchConfig, progress: bool = True) -> dict[str, Any]:
     servers = ([ECHO] if config.echo else []) + list(config.engines)
-    clips = {r: _clip(r, config.clip_frames) for r in config.resolutions}
+    clips = {r: bench_clip(r, config.clip_frames) for r in config.resolutions}
     cells: list[dict[str, Any]] = []
     rtsp_cells: list[dict[str, Any]] = []
     started = time.perf_counter()
@@ -458,7 +477,7 @@ def run_server_bench(config: ServerBenchConfig, progress: bool = True) -> dict[s
             )
             try:
                 if kind != ECHO:
-                    _upload_identity(server)
+                    upload_identity(server)
                 for resolution in config.resolutions:
                     for sessions in config.sessions:
                         cell = Cell(kind, resolution, sessions)
@@ -466,12 +485,11 @@ def run_server_bench(config: ServerBenchConfig, progress: bool = True) -> dict[s
                         summary = cell.summary()
                         cells.append(summary)
                         if progress:
-                            lat = summary["latency_ms"]
-                            print(
-                                f"{kind:>11} {resolution} x{sessions}: p50 {lat['p50']} ms, p95 {lat['p95']} ms, "
-                                f"{summary['fps_per_session']} fps/session"
-                                + (f" FAILED {cell.failed}" if cell.failed else ""),
-                                flush=True,
+                            print_progress(
+                                f"{kind:>11} {resolution} x{sessions}",
+                                summary["latency_ms"],
+                                f"{summary['fps_per_session']} fps/session",
+                                cell.failed,
                             )
                     if config.rtsp_ingest and kind != ECHO:
                         rtsp_cells.append(_rtsp_cell(server, clips[resolution], kind, resolution, config, progress))
@@ -489,8 +507,6 @@ def run_server_bench(config: ServerBenchConfig, progress: bool = True) -> dict[s
                     f"{row['frames_showing_a_face']} frames reveal the real face",
                     flush=True,
                 )
-    import aiortc
-
     return {
         "config": {
             "seconds": config.seconds,
@@ -504,14 +520,7 @@ def run_server_bench(config: ServerBenchConfig, progress: bool = True) -> dict[s
             "in_process": config.in_process,
             "rtsp_ingest": config.rtsp_ingest,
         },
-        "machine": {
-            "cpus": os.cpu_count(),
-            "platform": platform.platform(),
-            "python": platform.python_version(),
-            "aiortc": aiortc.__version__,
-            # Everything (clients, servers, codecs) shares these cores: other load skews every cell.
-            "load_average_1m": {"before": round(load_before[0], 2), "after": round(os.getloadavg()[0], 2)},
-        },
+        "machine": machine_report(load_before[0]),
         "cells": cells,
         "compared_to_echo": compare(cells),
         # One stream per our server and resolution: local RTSP source -> POST /v1/streams -> the stream's RTSP

@@ -3,7 +3,7 @@ benches import lazily: `swapcast --help` must not load models and codecs), and t
 
 import json
 import sys
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Sequence
 from pathlib import Path
 
 from app.errors import UserError
@@ -25,3 +25,11 @@ def print_report(result: object, output: Path | None) -> int:
         output.write_text(text + "\n")
     sys.stdout.write(text + "\n")
     return 0
+
+
+def text_table(header: Sequence[str], rows: Iterable[Sequence[object]]) -> str:
+    """Left-aligned columns two spaces apart, a header line first (`None` shows as "-")."""
+    cells = [["-" if value is None else str(value) for value in row] for row in rows]
+    widths = [max(len(title), *(len(row[i]) for row in cells)) for i, title in enumerate(header)]
+    lines = [header, *cells]
+    return "\n".join("  ".join(v.ljust(w) for v, w in zip(line, widths, strict=True)).rstrip() for line in lines)

@@ -1,0 +1,111 @@
+"""`swapcast bench-network`: one server, one session per network profile (loss, burst loss, jitter, a bandwidth
+cap, outages) through an impairing UDP relay; fps, freezes, latency and bitrate, each against the clean run."""
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from app.commands.arguments import int_between, names_from, non_negative_float, non_negative_int, one_of, positive_float
+from app.commands.bench_args import check_bench_args, print_report, text_table
+from app.errors import UserError
+from app.names import SWAP_ENGINES
+
+PROFILES = ("clean", "loss1", "loss5", "burst2", "jitter40", "cap1.5", "outage3", "outage40")
+
+
+def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
+    p = sub.add_parser(
+        "bench-network", help="sessions through an impaired network (loss, jitter, a cap, outages) vs a clean one"
+    )
+    p.add_argument(
+        "--profiles",
+        type=names_from(PROFILES, "profile"),
+        default=PROFILES,
+        help=f"comma list of {', '.join(PROFILES)} (default all; clean always runs first)",
+    )
+    p.add_argument(
+        "--seconds", type=positive_float, default=10.0, help="measured seconds per profile, outages added (default 10)"
+    )
+    p.add_argument(
+        "--warmup", type=non_negative_float, default=2.0, help="clean seconds streamed before each profile (default 2)"
+    )
+    p.add_argument("--resolution", default="480p", help="480p or 720p (default 480p)")
+    p.add_argument("--fps", type=int_between(1, 60), default=30, help="frames per second the client sends (default 30)")
+    p.add_argument("--seed", type=non_negative_int, default=1, help="seed of the relay's losses (default 1)")
+    p.add_argument(
+        "--engine",
+        type=one_of(SWAP_ENGINES, "engine"),
+        default="mesh",
+        help="the server's swap engine (default mesh, the one users get)",
+    )
+    p.add_argument("--output", type=Path, default=None, help="also write the JSON here")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from app.bench.network_bench import NetworkBenchConfig, run_network_bench
+    from app.bench.server_bench import RESOLUTIONS
+
+    check_bench_args([args.resolution], RESOLUTIONS, args.output)
+    config = NetworkBenchConfig(
+        profiles=tuple(args.profiles),
+        seconds=args.seconds,
+        warmup=args.warmup,
+        resolution=args.resolution,
+        fps=args.fps,
+        seed=args.seed,
+        engine=args.engine,
+    )
+    try:
+        result = run_network_bench(config, progress=sys.stderr.isatty())
+    except RuntimeError as exc:
+        raise UserError(str(exc)) from None
+    print(format_table(result), file=sys.stderr)
+    return print_report(result, args.output)
+
+
+def format_table(result: dict[str, Any]) -> str:
+    header = ("PROFILE", "FPS", "x CLEAN", "P50 MS", "P95 MS", "x P50", "FREEZES", "LONGEST MS", "PLI", "NACK", "KBPS")
+    rows = []
+    for row in result["profiles"]:
+        ratio = row.get("vs_clean") or {}
+        rows.append(
+            (
+                row["profile"],
+                row["fps"],
+                ratio.get("fps_ratio"),
+                row["latency_ms"]["p50"],
+                row["latency_ms"]["p95"],
+                ratio.get("latency_p50_ratio"),
+                row["freezes"]["count"],
+                row["freezes"]["longest_ms"],
+                row["feedback"]["pli_sent"],
+                row["feedback"]["nack_sent"],
+                f"{row['mean_client_kbps']}/{row['mean_server_kbps']}",
+            )
+        )
+    config, machine = result["config"], result["machine"]
+    notes = [
+        f"{config['engine']} engine, {config['resolution']} at {config['fps']} fps, "
+        f"{config['seconds']:g} s per profile, {machine['cpus']} CPUs; "
+        "PLI/NACK: sent by the client's receiver; KBPS: client/server senders",
+    ]
+    for row in result["profiles"]:
+        if "outage" in row:
+            outage = row["outage"]
+            closed = outage.get("closed_by_server")
+            slot = outage.get("slot")
+            notes.append(
+                f"{row['profile']}: fresh frames {outage['fresh_frame_after_s']} s after the link came back"
+                + (f"; server closed the session: {closed}" if closed is not None else "")
+                + (f"; a new session: {slot}" if slot is not None else "")
+            )
+        if "settled_after_s" in row:
+            notes.append(
+                f"{row['profile']}: under the cap from {row['settled_after_s']} s, p95 after 5 s "
+                f"{row['latency_after_5s_ms']['p95']} ms; recovered {row['recovered_after_lift_s']} s after the lift"
+            )
+        if row["failed"]:
+            notes.append(f"{row['profile']}: FAILED {row['failed']}")
+    return text_table(header, rows) + "\n" + "\n".join(notes)

@@ -100,6 +100,12 @@ class Metrics:
             ["resource", "reason"],
             registry=r,
         )
+        self.store_full = Counter(
+            "swapcast_store_full",
+            "Writes refused (507) because a store's disk had no room; nothing half-written is kept.",
+            ["store"],
+            registry=r,
+        )
         self.rtsp_clients = Gauge("swapcast_rtsp_clients", "Clients reading our RTSP outputs.", registry=r)
         self.channel_publisher_changes = Counter(
             "swapcast_channel_publisher_changes",
@@ -110,6 +116,7 @@ class Metrics:
         self.channels = ChannelCollector()
         r.register(self.channels)
         self.rtsp_clients.set_function(lambda: 0.0)
+        self.store_full.labels("identities")
         for kind in ("session", "stream"):
             self.frames_in.labels(kind)
             self.frames_out.labels(kind)

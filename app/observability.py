@@ -106,6 +106,12 @@ class Metrics:
             ["store"],
             registry=r,
         )
+        self.model_files_changed = Gauge(
+            "swapcast_model_files_changed",
+            "Model files changed or removed on disk since they were loaded (the loaded copies keep serving).",
+            registry=r,
+        )
+        self.model_files_changed.set_function(lambda: 0.0)
         self.rtsp_clients = Gauge("swapcast_rtsp_clients", "Clients reading our RTSP outputs.", registry=r)
         self.channel_publisher_changes = Counter(
             "swapcast_channel_publisher_changes",
@@ -127,6 +133,9 @@ class Metrics:
             child = self.stage_seconds.labels(stage)
             for seconds in values:
                 child.observe(seconds)
+
+    def count_changed_models_with(self, count: Callable[[], int]) -> None:
+        self.model_files_changed.set_function(lambda: float(count()))
 
     def count_rtsp_clients_with(self, count: Callable[[], int]) -> None:
         self.rtsp_clients.set_function(lambda: float(count()))

@@ -110,13 +110,17 @@ class ServerState:
         self.settings = settings
         self._on_change = on_change
         self.metrics = Metrics()
+        # The store the models were loaded from, watched for files changed under the loaded copies (not known
+        # when the caller builds the pipeline itself).
+        self.model_store: ModelStore | None = None
+        self._changed_models_logged: set[str] = set()
         if pipeline_factory is None:
             from app.runtime.gpu import batching_on
 
             batching = settings.batching if batching_on(settings.batching_enabled) else None
-            pipeline_factory = shared_pipeline_factory(
-                open_model_store(settings.models), batching, self.metrics.registry
-            )
+            self.model_store = open_model_store(settings.models)
+            pipeline_factory = shared_pipeline_factory(self.model_store, batching, self.metrics.registry)
+        self.metrics.count_changed_models_with(lambda: len(self.models_changed_on_disk()))
         self._pipeline_factory = pipeline_factory
         # Video frames run on `executor`; identity work (decode, detect, prepare) on `control_executor`, so an
         # upload or an identity switch never waits behind video.
@@ -286,6 +290,24 @@ class ServerState:
         except Exception as exc:  # any failure to get or load the model: the server serves all the same
             log.warning("uploads get no closed-eye warning: the eye model did not load (%s)", exc)
             return None
+
+    def models_changed_on_disk(self) -> dict[str, str]:
+        """Model files changed or removed since they were loaded (name -> "changed" or "removed"). The loaded
+        copies keep serving; each change is logged once. The next start checks the files again and refuses a
+        corrupt one."""
+        store = self.model_store
+        changed = store.changed_on_disk() if store is not None else {}
+        for name, what in changed.items():
+            if store is not None and name not in self._changed_models_logged:
+                self._changed_models_logged.add(name)
+                log.warning(
+                    "model %s: %s was %s after it was loaded; serving the copy loaded at start-up (a restart checks "
+                    "the file again and refuses it unless it matches its sha256)",
+                    name,
+                    store.file_path(name),
+                    what,
+                )
+        return changed
 
     def _announce(self) -> None:
         if self._on_change is not None:

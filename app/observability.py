@@ -112,6 +112,11 @@ class Metrics:
             registry=r,
         )
         self.model_files_changed.set_function(lambda: 0.0)
+        self.rtsp_available = Gauge(
+            "swapcast_rtsp_available",
+            "1 while the RTSP output serves, 0 when it is off (disabled, or it could not start: /v1/server says why).",
+            registry=r,
+        )
         self.rtsp_clients = Gauge("swapcast_rtsp_clients", "Clients reading our RTSP outputs.", registry=r)
         self.channel_publisher_changes = Counter(
             "swapcast_channel_publisher_changes",

@@ -197,6 +197,7 @@ class ServerState:
         await loop.run_in_executor(self.control_executor, self.store.open)
         await self._audit_store()
         await loop.run_in_executor(self.control_executor, self.rtsp.start)
+        self.metrics.rtsp_available.set(1 if self.rtsp.available else 0)
         self.metrics.count_rtsp_clients_with(self._rtsp_clients)
         await self._start_channels()
         self._load_task = loop.create_task(self._load())

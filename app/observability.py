@@ -112,6 +112,12 @@ class Metrics:
             registry=r,
         )
         self.model_files_changed.set_function(lambda: 0.0)
+        self.worker_restarts = Counter(
+            "swapcast_worker_restarts",
+            "Worker processes started again after they died (the log says how each ended), by worker.",
+            ["worker"],
+            registry=r,
+        )
         self.rtsp_available = Gauge(
             "swapcast_rtsp_available",
             "1 while the RTSP output serves, 0 when it is off (disabled, or it could not start: /v1/server says why).",
@@ -128,6 +134,7 @@ class Metrics:
         r.register(self.channels)
         self.rtsp_clients.set_function(lambda: 0.0)
         self.store_full.labels("identities")
+        self.worker_restarts.labels("dlib_embedder")
         for kind in ("session", "stream"):
             self.frames_in.labels(kind)
             self.frames_out.labels(kind)

@@ -407,9 +407,19 @@ class ServerState:
             if self._embedder is None:
                 store = open_model_store(self.settings.models)
                 # dlib in a process of its own: in a thread it would hold the GIL, and every frame, ~0.1 s a face.
-                build = partial(build_embedder, pipeline.engine, self.settings.pipeline, store, own_process=True)
+                build = partial(
+                    build_embedder,
+                    pipeline.engine,
+                    self.settings.pipeline,
+                    store,
+                    own_process=True,
+                    on_restart=self._embedder_restarted,
+                )
                 self._embedder = await asyncio.get_running_loop().run_in_executor(self.control_executor, build)
         return self._embedder
+
+    def _embedder_restarted(self, why: str) -> None:
+        self.metrics.worker_restarts.labels("dlib_embedder").inc()
 
     async def load_reference(self, identity_id: str) -> np.ndarray:
         """The identity's photos as a person's reference embedding (cached and stored like a preparation)."""

@@ -51,6 +51,16 @@ class ChannelCollector(Collector):
         yield consumers
 
 
+class _FunctionCounter(Collector):
+    """A counter whose value a function reads from where it is kept (a count that lives in another object)."""
+
+    def __init__(self, name: str, documentation: str, read: Callable[[], int]) -> None:
+        self._name, self._documentation, self._read = name, documentation, read
+
+    def collect(self) -> Iterator[CounterMetricFamily]:
+        yield CounterMetricFamily(self._name, self._documentation, value=self._read())
+
+
 class Metrics:
     """Everything `/metrics` exports. `kind` labels say whether a frame belongs to a WebRTC session or an RTSP
     stream; drop `reason`s are fixed words (superseded, output_superseded, error, ...)."""
@@ -118,6 +128,13 @@ class Metrics:
             ["worker"],
             registry=r,
         )
+        self._covered_for_model_errors: Callable[[], int] = lambda: 0
+        covered = _FunctionCounter(
+            "swapcast_frames_covered_for_model_errors",
+            "Live frames handed on with every face covered because a model could not run (its server away).",
+            lambda: self._covered_for_model_errors(),
+        )
+        r.register(covered)
         self.rtsp_available = Gauge(
             "swapcast_rtsp_available",
             "1 while the RTSP output serves, 0 when it is off (disabled, or it could not start: /v1/server says why).",
@@ -145,6 +162,9 @@ class Metrics:
             child = self.stage_seconds.labels(stage)
             for seconds in values:
                 child.observe(seconds)
+
+    def count_covered_for_model_errors_with(self, count: Callable[[], int]) -> None:
+        self._covered_for_model_errors = count
 
     def count_changed_models_with(self, count: Callable[[], int]) -> None:
         self.model_files_changed.set_function(lambda: float(count()))

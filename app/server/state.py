@@ -3,6 +3,7 @@ streams and the RTSP output; started and stopped by the app's lifespan."""
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
@@ -51,6 +52,8 @@ StateListener = Callable[["ServerState"], None]
 # Background embedding threads for identity maps (dlib runs one face batch at a time anyway).
 EMBED_WORKERS = 2
 WARMUP_SIZES = ((640, 480), (1280, 720))
+# Readiness asks the model tier's server at most this often (a probe costs a gRPC round trip, up to 1 s).
+MODEL_TIER_RECHECK_S = 1.0
 
 
 def shared_pipeline_factory(
@@ -114,6 +117,8 @@ class ServerState:
         # when the caller builds the pipeline itself).
         self.model_store: ModelStore | None = None
         self._changed_models_logged: set[str] = set()
+        # The Triton backend's server, asked at most once a second by readiness: (asked at, problem or None).
+        self._model_tier: tuple[float, str | None] = (-1e9, None)
         if pipeline_factory is None:
             from app.runtime.gpu import batching_on
 
@@ -281,6 +286,7 @@ class ServerState:
         self.ready = True
         self.not_ready_reason = ""
         self.metrics.ready.set(1)
+        self.metrics.count_covered_for_model_errors_with(lambda: pipeline.covered_for_model_errors)
         log.info("ready: engine %s (%s)", pipeline.engine.name, pipeline.engine.model_key)
         self._announce()
 
@@ -309,6 +315,27 @@ class ServerState:
                     what,
                 )
         return changed
+
+    async def model_tier_problem(self) -> str | None:
+        """Why the model tier (the Triton server of backend triton) cannot run models now, else None; a change is
+        logged. While it is away live faces are covered (`FramePipeline.process_live`); they swap again when it
+        returns."""
+        pipeline = self.settings.pipeline
+        if pipeline.backend != "triton":
+            return None
+        asked_at, before = self._model_tier
+        now = time.monotonic()
+        if now - asked_at < MODEL_TIER_RECHECK_S:
+            return before
+        from app.runtime.triton import triton_problem
+
+        problem = await asyncio.to_thread(triton_problem, pipeline.triton_url)
+        self._model_tier = (time.monotonic(), problem)
+        if problem is not None and before is None:
+            log.warning("the model tier is away: %s; live faces are covered until it returns", problem)
+        elif problem is None and before is not None:
+            log.info("the model tier is back: live faces are swapped again")
+        return problem
 
     def _announce(self) -> None:
         if self._on_change is not None:

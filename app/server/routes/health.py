@@ -27,6 +27,12 @@ async def readyz(state: StateDep, access: AccessDep) -> JSONResponse:
         return JSONResponse(
             {"status": "not ready", "reason": reason}, status_code=503, headers=retry_after(state.settings)
         )
+    tier = await state.model_tier_problem()
+    if tier is not None:  # sessions go on with their faces covered; new ones belong elsewhere until it returns
+        reason = f"the model tier is away: {tier}"
+        return JSONResponse(
+            {"status": "not ready", "reason": reason}, status_code=503, headers=retry_after(state.settings)
+        )
     changed = state.models_changed_on_disk()
     if changed:  # still ready: the loaded copies serve; the next start checks the files again
         note = "; ".join(f"model {name} {what} on disk" for name, what in sorted(changed.items()))

@@ -51,6 +51,16 @@ class ChannelCollector(Collector):
         yield consumers
 
 
+class _FunctionCounter(Collector):
+    """A counter whose value a function reads from where it is kept (a count that lives in another object)."""
+
+    def __init__(self, name: str, documentation: str, read: Callable[[], int]) -> None:
+        self._name, self._documentation, self._read = name, documentation, read
+
+    def collect(self) -> Iterator[CounterMetricFamily]:
+        yield CounterMetricFamily(self._name, self._documentation, value=self._read())
+
+
 class Metrics:
     """Everything `/metrics` exports. `kind` labels say whether a frame belongs to a WebRTC session or an RTSP
     stream; drop `reason`s are fixed words (superseded, output_superseded, error, ...)."""
@@ -100,6 +110,36 @@ class Metrics:
             ["resource", "reason"],
             registry=r,
         )
+        self.store_full = Counter(
+            "swapcast_store_full",
+            "Writes refused (507) because a store's disk had no room; nothing half-written is kept.",
+            ["store"],
+            registry=r,
+        )
+        self.model_files_changed = Gauge(
+            "swapcast_model_files_changed",
+            "Model files changed or removed on disk since they were loaded (the loaded copies keep serving).",
+            registry=r,
+        )
+        self.model_files_changed.set_function(lambda: 0.0)
+        self.worker_restarts = Counter(
+            "swapcast_worker_restarts",
+            "Worker processes started again after they died (the log says how each ended), by worker.",
+            ["worker"],
+            registry=r,
+        )
+        self._covered_for_model_errors: Callable[[], int] = lambda: 0
+        covered = _FunctionCounter(
+            "swapcast_frames_covered_for_model_errors",
+            "Live frames handed on with every face covered because a model could not run (its server away).",
+            lambda: self._covered_for_model_errors(),
+        )
+        r.register(covered)
+        self.rtsp_available = Gauge(
+            "swapcast_rtsp_available",
+            "1 while the RTSP output serves, 0 when it is off (disabled, or it could not start: /v1/server says why).",
+            registry=r,
+        )
         self.rtsp_clients = Gauge("swapcast_rtsp_clients", "Clients reading our RTSP outputs.", registry=r)
         self.channel_publisher_changes = Counter(
             "swapcast_channel_publisher_changes",
@@ -110,6 +150,8 @@ class Metrics:
         self.channels = ChannelCollector()
         r.register(self.channels)
         self.rtsp_clients.set_function(lambda: 0.0)
+        self.store_full.labels("identities")
+        self.worker_restarts.labels("dlib_embedder")
         for kind in ("session", "stream"):
             self.frames_in.labels(kind)
             self.frames_out.labels(kind)
@@ -120,6 +162,12 @@ class Metrics:
             child = self.stage_seconds.labels(stage)
             for seconds in values:
                 child.observe(seconds)
+
+    def count_covered_for_model_errors_with(self, count: Callable[[], int]) -> None:
+        self._covered_for_model_errors = count
+
+    def count_changed_models_with(self, count: Callable[[], int]) -> None:
+        self.model_files_changed.set_function(lambda: float(count()))
 
     def count_rtsp_clients_with(self, count: Callable[[], int]) -> None:
         self.rtsp_clients.set_function(lambda: float(count()))

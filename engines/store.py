@@ -6,8 +6,13 @@ were made), or raises a ModelError that says which command gets it. Hashing a la
 seconds, so a verified result is remembered in memory for as long as the file's size and
 modification time stay the same.
 
-``ensure(name)`` also makes ``import`` and ``build`` entries on the spot (they need no network);
-downloads are only ever started by ``engines.fetch``.
+``ensure(name)`` also makes ``import`` and ``build`` entries on the spot (they need no network), and again
+when the pinned hash moved on (a new release); one whose file no longer matches what the store recorded when it
+made it (truncated, replaced) is refused as corrupt like any other, never silently made again. Downloads are
+only ever started by ``engines.fetch``.
+
+``changed_on_disk()`` says which of the files handed out (to be loaded) were changed or removed since: the
+loaded copy stays in use, and the next start checks the file again.
 """
 
 import hashlib
@@ -139,6 +144,12 @@ def remember_verified(path: Path, sha256: str) -> None:
         _VERIFIED[(str(path.resolve()), st.st_size, st.st_mtime_ns, sha256)] = True
 
 
+def _signature(path: Path) -> tuple[int, int, int]:
+    """What changes when a file is rewritten, truncated or replaced: its inode, size and modification time."""
+    st = path.stat()
+    return st.st_ino, st.st_size, st.st_mtime_ns
+
+
 def how_to_get(entry: ModelEntry) -> str:
     """The command(s) that put this model in place."""
     if entry.source == "download":
@@ -212,6 +223,9 @@ class ModelStore:
 
     def __init__(self, root: Path) -> None:
         self.root = Path(root)
+        # name -> (path, what stat said when it was handed out verified)
+        self._handed_out: dict[str, tuple[Path, tuple[int, int, int]]] = {}
+        self._handed_out_lock = threading.Lock()
 
     def file_path(self, name: str) -> Path:
         """Where the model's file lives, whether or not it is there."""
@@ -253,6 +267,7 @@ class ModelStore:
         path = self.root / entry.file
         status = self.status(name)
         if status == "verified":
+            self._hand_out(name, path)
             return path
         if status == "missing":
             raise ModelError(f"model {name} ({registry.describe(entry)}) is not in {self.root}: {how_to_get(entry)}")
@@ -270,9 +285,37 @@ class ModelStore:
         Never downloads: a missing ``download`` entry raises the same ModelError as ``path``.
         """
         entry = registry.get_entry(name)
-        if entry.source != "download" and self.status(name) != "verified":
+        if entry.source != "download" and self.status(name) != "verified" and not self._changed_since_made(name):
             return self.produce(name)
         return self.path(name)
+
+    def _changed_since_made(self, name: str) -> bool:
+        """Whether the file no longer matches the local record written when the store made it."""
+        entry = registry.get_entry(name)
+        record = read_local_manifest(self.root).get(name)
+        path = self.file_path(name)
+        if record is None or record.file != entry.file or not path.is_file():
+            return False
+        return path.stat().st_size != record.size or not check_file(path, record.sha256)
+
+    def _hand_out(self, name: str, path: Path) -> None:
+        with self._handed_out_lock:
+            self._handed_out[name] = (path, _signature(path))
+
+    def changed_on_disk(self) -> dict[str, str]:
+        """Files handed out verified that were changed or removed since: name -> "changed" or "removed"."""
+        with self._handed_out_lock:
+            handed_out = dict(self._handed_out)
+        changed: dict[str, str] = {}
+        for name, (path, signature) in handed_out.items():
+            try:
+                now = _signature(path)
+            except FileNotFoundError:
+                changed[name] = "removed"
+                continue
+            if now != signature:
+                changed[name] = "changed"
+        return changed
 
     def produce(self, name: str) -> Path:
         """Import or build the model now, record its sha256 in the local manifest, return its path."""

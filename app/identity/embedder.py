@@ -11,8 +11,11 @@ which two faces are taken for the same person (`same_person`).
 
 from __future__ import annotations
 
+import logging
 import multiprocessing
+import signal
 import threading
+from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 
@@ -30,6 +33,8 @@ from app.pipeline.swap import InswapperEngine, PreparedSource, SwapEngine
 from app.pipeline.types import Face, Image
 from app.settings import PipelineSettings
 from engines.store import ModelStore
+
+log = logging.getLogger(__name__)
 
 # dlib's published same-person threshold is 0.6 in euclidean distance between its raw vectors, whose length is
 # about 1.46 on faces: 0.6 / 1.46 = 0.41 between unit vectors, 1 - 0.41**2 / 2 = 0.92 in cosine similarity.
@@ -82,14 +87,17 @@ class DlibEmbedder:
 class DlibProcessEmbedder(DlibEmbedder):
     """`DlibEmbedder` in a worker process (`app.identity.dlib_worker`): the same embeddings, computed without
     holding this process's GIL, so a server's frames keep flowing while a face is embedded (in a thread, dlib
-    would stall every thread for ~0.1 s a face). One call at a time; a worker that died is started again."""
+    would stall every thread for ~0.1 s a face). One call at a time. A worker that died (killed, out of memory)
+    is started again, logged with how it ended and told to `on_restart`; the call it took down raises, and the
+    faces it was embedding stay pending (covered) until a later call embeds them."""
 
-    def __init__(self) -> None:  # the models are loaded in the worker, not here
+    def __init__(self, on_restart: Callable[[str], None] | None = None) -> None:  # models load in the worker
         self._lock = threading.Lock()
-        self._pool = self._start()
+        self._on_restart = on_restart
+        self._pool, self._worker = self._start()
 
     @staticmethod
-    def _start() -> ProcessPoolExecutor:
+    def _start() -> tuple[ProcessPoolExecutor, multiprocessing.process.BaseProcess | None]:
         # spawn: forking a process that runs model and network threads could copy a lock held by one of them.
         pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"), initializer=dlib_worker.start)
         try:
@@ -99,17 +107,39 @@ class DlibProcessEmbedder(DlibEmbedder):
         if error is not None:
             pool.shutdown(wait=False, cancel_futures=True)
             raise EmbedderUnavailable(error)
-        return pool
+        # The executor keeps its process in a private table; it is read only to say how the worker ended.
+        workers = list(getattr(pool, "_processes", {}).values())
+        return pool, workers[0] if len(workers) == 1 else None
 
     def _vectors(self, image: Image, boxes: list[tuple[int, int, int, int]]) -> list[np.ndarray]:
         try:
             return self._pool.submit(dlib_worker.embed, image, boxes).result()
         except BrokenProcessPool:
-            self._pool = self._start()
+            why = _how_it_ended(self._worker)
+            log.warning("the dlib worker process %s: starting it again", why)
+            self._pool.shutdown(wait=False, cancel_futures=True)
+            self._pool, self._worker = self._start()
+            if self._on_restart is not None:
+                self._on_restart(why)
             raise
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _how_it_ended(worker: multiprocessing.process.BaseProcess | None) -> str:
+    code = worker.exitcode if worker is not None else None
+    if worker is not None and code is None:
+        worker.join(1.0)
+        code = worker.exitcode
+    if code is None:
+        return "ended unexpectedly"
+    if code < 0:
+        try:
+            return f"was killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"was killed by signal {-code}"
+    return f"exited with code {code}"
 
 
 def _boxes(faces: list[Face]) -> list[tuple[int, int, int, int]]:
@@ -147,11 +177,16 @@ class ArcFaceEmbedder:
 
 
 def build_embedder(
-    engine: SwapEngine, settings: PipelineSettings, store: ModelStore, *, own_process: bool = False
+    engine: SwapEngine,
+    settings: PipelineSettings,
+    store: ModelStore,
+    *,
+    own_process: bool = False,
+    on_restart: Callable[[str], None] | None = None,
 ) -> FaceEmbedder:
     """The inswapper engine's own recognizer; else the ArcFace recognizer when its weights are in the store;
     else dlib's embedder (`EmbedderUnavailable` when dlib is not installed either), in a worker process of its
-    own with `own_process` (a server: see `DlibProcessEmbedder`)."""
+    own with `own_process` (a server: see `DlibProcessEmbedder`, which tells `on_restart` why it restarted it)."""
     inner: object = engine
     while (wrapped := getattr(inner, "inner", None)) is not None:  # wrappers (the mouth mask)
         inner = wrapped
@@ -166,7 +201,7 @@ def build_embedder(
 
         recognizer = ArcFaceRecognizer(load_model(store, settings.recognizer_model, settings))
         return ArcFaceEmbedder(recognizer, settings.recognizer_model, owned=True)
-    return DlibProcessEmbedder() if own_process else DlibEmbedder()
+    return DlibProcessEmbedder(on_restart) if own_process else DlibEmbedder()
 
 
 REFERENCE = "reference"  # the engine name reference embeddings are stored under

@@ -12,7 +12,9 @@ was recorded have none.
 stored photo again when the model changed.
 """
 
+import errno
 import hashlib
+import io
 import json
 import logging
 import re
@@ -58,6 +60,17 @@ class IdentityNotFound(LookupError):
 
 class IdentityUnreadable(Exception):
     """An identity's files exist but cannot be used (damaged on disk, or no longer preparable)."""
+
+
+class StoreFull(OSError):
+    """The store's disk (or the owner's disk quota, or the file size limit) has no room: nothing was stored."""
+
+    def __init__(self) -> None:
+        super().__init__("the identity store's disk is full: no identity was stored")
+
+
+# What a write that ran out of room raises: the disk is full, a disk quota or the file size limit is reached.
+_NO_ROOM = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
 
 
 def is_identity_id(value: str) -> bool:
@@ -122,7 +135,12 @@ class IdentityStore:
             photos=1 + len(extra_photos),
         )
         self.root.mkdir(parents=True, exist_ok=True)
-        staging = Path(tempfile.mkdtemp(prefix=".tmp-", dir=self.root))
+        try:
+            staging = Path(tempfile.mkdtemp(prefix=".tmp-", dir=self.root))
+        except OSError as exc:
+            if exc.errno in _NO_ROOM:
+                raise StoreFull() from exc
+            raise
         try:
             for name, data in zip(identity.image_files, (photo, *extra_photos), strict=True):
                 (staging / name).write_bytes(data)
@@ -132,8 +150,10 @@ class IdentityStore:
             meta = {**asdict(identity), "consent": identity.consent.to_json() if identity.consent else None}
             (staging / _META).write_text(json.dumps(meta, indent=1), encoding="utf-8")
             replace_dir(staging, self.root / identity.id)
-        except BaseException:
+        except BaseException as exc:
             shutil.rmtree(staging, ignore_errors=True)
+            if isinstance(exc, OSError) and exc.errno in _NO_ROOM:
+                raise StoreFull() from exc
             raise
         return identity
 
@@ -267,5 +287,9 @@ class IdentityStore:
 
 
 def _save_array(path: Path, data: np.ndarray) -> None:
-    with atomic_path(path) as tmp, tmp.open("wb") as f:
-        np.save(f, np.ascontiguousarray(data), allow_pickle=False)
+    # Serialised first and written in one call: numpy writing to a file that runs out of room raises an
+    # OSError without an errno, a plain write says ENOSPC.
+    buffer = io.BytesIO()
+    np.save(buffer, np.ascontiguousarray(data), allow_pickle=False)
+    with atomic_path(path) as tmp:
+        tmp.write_bytes(buffer.getvalue())

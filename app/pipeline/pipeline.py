@@ -5,6 +5,7 @@ frame by frame. The same object serves the file CLI, the server and the benchmar
 are wrapped in shared batchers (`app.pipeline.batching`), the others call the models directly.
 """
 
+import logging
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
@@ -13,6 +14,7 @@ from typing import Any, Literal
 import cv2
 import numpy as np
 
+from app.errors import ModelError
 from app.pipeline.align import align_faces
 from app.pipeline.cover import pixelate
 from app.pipeline.detect import RetinaFaceDetector
@@ -27,6 +29,8 @@ from app.pipeline.swap import PreparedSource, SwapEngine, SwapItem
 from app.pipeline.timing import StageTimer
 from app.pipeline.track import FaceTracker, TrackerConfig
 from app.pipeline.types import AlignedFace, Face, FrameResult, Image
+
+log = logging.getLogger(__name__)
 
 FaceSelection = Literal["all", "largest"]
 # Background detection threads per pipeline: the server's detect stage batches them across sessions.
@@ -91,6 +95,8 @@ class FramePipeline:
         self.config = config or PipelineConfig()
         self.paster = PasteBack(self.config.paste)
         self.stages = stages or Stages(detector, engine, tuple(crops))
+        # Live frames handed on with every face covered because a model could not run (its server away).
+        self.covered_for_model_errors = 0
         self._detect_executor: ThreadPoolExecutor | None = None
 
     def close(self) -> None:
@@ -127,7 +133,16 @@ class FramePipeline:
         if not self.config.live_detect_background:
             return self.process([frame], source, live.tracker, timer, session)[0]
         faces = live.locate(frame, timer, session)
-        return self.process([frame], source, live.tracker, timer, session, located=[faces])[0]
+        try:
+            return self.process([frame], source, live.tracker, timer, session, located=[faces])[0]
+        except ModelError as exc:
+            # Never reveal: when a model cannot run (its server is away) every face found is covered and the
+            # stream goes on, instead of showing the faces or stopping; swapping resumes once the model answers.
+            self.covered_for_model_errors += 1
+            count = self.covered_for_model_errors
+            if count == 1 or count % 100 == 0:
+                log.warning("%s: faces covered, the model could not run (%d frames so far): %s", session, count, exc)
+            return FrameResult(pixelate(frame, faces), [])
 
     def prepare_source(self, image: Image, choice: FaceChoice = "largest") -> PreparedSource:
         """Prepare an identity from a source photo: the face `choice` picks (app.pipeline.face_choice)."""

@@ -114,8 +114,12 @@ class TritonModel:
         return regions
 
     def run(self, feeds: Mapping[str, np.ndarray]) -> list[Array]:
-        """Run a batch (the first axis of every input), in slices the model accepts."""
-        return self._split(feeds)
+        """Run a batch (the first axis of every input), in slices the model accepts. `ModelError` when Triton
+        cannot run it (the server away, its shared memory unregistered, the model unloaded)."""
+        try:
+            return self._split(feeds)
+        except self._error as exc:
+            raise ModelError(f"Triton at {self.url} failed to run {self.name}: {_short(exc)}") from None
 
     def _infer(self, feeds: Mapping[str, np.ndarray]) -> list[Array]:
         values = [np.ascontiguousarray(feeds[name]) for name in self.input_names]
@@ -185,6 +189,22 @@ class TritonModel:
             if self._shm is not None:
                 self._shm.close()
             self._client.close()
+
+
+def triton_problem(url: str, timeout_s: float = 1.0) -> str | None:
+    """None when the Triton server at `url` answers ready (every model loaded), else why not. Blocking."""
+    grpc = _client_module()
+    from tritonclient.utils import InferenceServerException
+
+    client = grpc.InferenceServerClient(url)
+    try:
+        if client.is_server_ready(client_timeout=timeout_s):
+            return None
+        return f"Triton at {url} is up but not ready"
+    except InferenceServerException as exc:
+        return f"Triton at {url} is not reachable ({_short(exc)})"
+    finally:
+        client.close()
 
 
 def _short(exc: BaseException) -> str:

@@ -17,7 +17,7 @@ from app.channels.store import ChannelExists, ChannelNameInvalid
 from app.identity.consent import ConsentInvalid
 from app.identity.images import ImageRejected
 from app.identity.quota import QuotaExceeded
-from app.identity.store import IdentityNotFound, IdentityUnreadable
+from app.identity.store import IdentityNotFound, IdentityUnreadable, StoreFull
 from app.media.peer import MediaUnavailable, OfferError
 from app.server.admission import AdmissionError
 from app.server.channels import ChannelNotFound, ChannelsUnavailable, TooManyChannels
@@ -37,6 +37,7 @@ STATUS_OF: dict[type[Exception], int] = {
     ViewerNotFound: 404,
     ViewerTokenNotFound: 404,
     IdentityUnreadable: 409,
+    StoreFull: 507,
     TooManyViewerTokens: 409,
     ConsentInvalid: 422,
     OfferError: 400,

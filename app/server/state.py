@@ -3,6 +3,7 @@ streams and the RTSP output; started and stopped by the app's lifespan."""
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
@@ -51,6 +52,8 @@ StateListener = Callable[["ServerState"], None]
 # Background embedding threads for identity maps (dlib runs one face batch at a time anyway).
 EMBED_WORKERS = 2
 WARMUP_SIZES = ((640, 480), (1280, 720))
+# Readiness asks the model tier's server at most this often (a probe costs a gRPC round trip, up to 1 s).
+MODEL_TIER_RECHECK_S = 1.0
 
 
 def shared_pipeline_factory(
@@ -110,13 +113,19 @@ class ServerState:
         self.settings = settings
         self._on_change = on_change
         self.metrics = Metrics()
+        # The store the models were loaded from, watched for files changed under the loaded copies (not known
+        # when the caller builds the pipeline itself).
+        self.model_store: ModelStore | None = None
+        self._changed_models_logged: set[str] = set()
+        # The Triton backend's server, asked at most once a second by readiness: (asked at, problem or None).
+        self._model_tier: tuple[float, str | None] = (-1e9, None)
         if pipeline_factory is None:
             from app.runtime.gpu import batching_on
 
             batching = settings.batching if batching_on(settings.batching_enabled) else None
-            pipeline_factory = shared_pipeline_factory(
-                open_model_store(settings.models), batching, self.metrics.registry
-            )
+            self.model_store = open_model_store(settings.models)
+            pipeline_factory = shared_pipeline_factory(self.model_store, batching, self.metrics.registry)
+        self.metrics.count_changed_models_with(lambda: len(self.models_changed_on_disk()))
         self._pipeline_factory = pipeline_factory
         # Video frames run on `executor`; identity work (decode, detect, prepare) on `control_executor`, so an
         # upload or an identity switch never waits behind video.
@@ -193,6 +202,7 @@ class ServerState:
         await loop.run_in_executor(self.control_executor, self.store.open)
         await self._audit_store()
         await loop.run_in_executor(self.control_executor, self.rtsp.start)
+        self.metrics.rtsp_available.set(1 if self.rtsp.available else 0)
         self.metrics.count_rtsp_clients_with(self._rtsp_clients)
         await self._start_channels()
         self._load_task = loop.create_task(self._load())
@@ -272,6 +282,7 @@ class ServerState:
         self.ready = True
         self.not_ready_reason = ""
         self.metrics.ready.set(1)
+        self.metrics.count_covered_for_model_errors_with(lambda: pipeline.covered_for_model_errors)
         log.info("ready: engine %s (%s)", pipeline.engine.name, pipeline.engine.model_key)
         self._announce()
 
@@ -282,6 +293,45 @@ class ServerState:
         except Exception as exc:  # any failure to get or load the model: the server serves all the same
             log.warning("uploads get no closed-eye warning: the eye model did not load (%s)", exc)
             return None
+
+    def models_changed_on_disk(self) -> dict[str, str]:
+        """Model files changed or removed since they were loaded (name -> "changed" or "removed"). The loaded
+        copies keep serving; each change is logged once. The next start checks the files again and refuses a
+        corrupt one."""
+        store = self.model_store
+        changed = store.changed_on_disk() if store is not None else {}
+        for name, what in changed.items():
+            if store is not None and name not in self._changed_models_logged:
+                self._changed_models_logged.add(name)
+                log.warning(
+                    "model %s: %s was %s after it was loaded; serving the copy loaded at start-up (a restart checks "
+                    "the file again and refuses it unless it matches its sha256)",
+                    name,
+                    store.file_path(name),
+                    what,
+                )
+        return changed
+
+    async def model_tier_problem(self) -> str | None:
+        """Why the model tier (the Triton server of backend triton) cannot run models now, else None; a change is
+        logged. While it is away live faces are covered (`FramePipeline.process_live`); they swap again when it
+        returns."""
+        pipeline = self.settings.pipeline
+        if pipeline.backend != "triton":
+            return None
+        asked_at, before = self._model_tier
+        now = time.monotonic()
+        if now - asked_at < MODEL_TIER_RECHECK_S:
+            return before
+        from app.runtime.triton import triton_problem
+
+        problem = await asyncio.to_thread(triton_problem, pipeline.triton_url)
+        self._model_tier = (time.monotonic(), problem)
+        if problem is not None and before is None:
+            log.warning("the model tier is away: %s; live faces are covered until it returns", problem)
+        elif problem is None and before is not None:
+            log.info("the model tier is back: live faces are swapped again")
+        return problem
 
     def _announce(self) -> None:
         if self._on_change is not None:
@@ -380,9 +430,19 @@ class ServerState:
             if self._embedder is None:
                 store = open_model_store(self.settings.models)
                 # dlib in a process of its own: in a thread it would hold the GIL, and every frame, ~0.1 s a face.
-                build = partial(build_embedder, pipeline.engine, self.settings.pipeline, store, own_process=True)
+                build = partial(
+                    build_embedder,
+                    pipeline.engine,
+                    self.settings.pipeline,
+                    store,
+                    own_process=True,
+                    on_restart=self._embedder_restarted,
+                )
                 self._embedder = await asyncio.get_running_loop().run_in_executor(self.control_executor, build)
         return self._embedder
+
+    def _embedder_restarted(self, why: str) -> None:
+        self.metrics.worker_restarts.labels("dlib_embedder").inc()
 
     async def load_reference(self, identity_id: str) -> np.ndarray:
         """The identity's photos as a person's reference embedding (cached and stored like a preparation)."""

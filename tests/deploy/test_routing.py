@@ -1,6 +1,7 @@
 """Two real `swapcast serve` replicas behind the repository's HAProxy config on loopback: every request of a
-session reaches its owner, identities on a shared directory are visible to both, and a replica drained with
-SIGTERM keeps its open session to the end while new sessions go to the other."""
+session reaches its owner, identities on a shared directory are visible to both, a replica drained with
+SIGTERM keeps its open session to the end while new sessions go to the other, and when one is killed new
+sessions and the channels made before go to the other at once."""
 
 import asyncio
 import os
@@ -19,6 +20,7 @@ from app.bench.rtc_client import RtcClient
 from app.media.clips import MotionClip
 from tests.helpers import ServeProcess
 from tests.server.harness import upload
+from tests.server.test_channel_restart import whep_status
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow
@@ -136,3 +138,52 @@ def test_sessions_stick_to_their_owner_and_a_drained_replica_keeps_its_session(
     draining, other = asyncio.run(run())
     assert draining.proc.wait(30) == 0  # its last session ended: the drain finished and it stopped
     assert other.proc.poll() is None
+
+
+def test_a_replica_killed_mid_session_leaves_new_sessions_and_channels_to_the_other_within_5_s(
+    cluster: tuple[str, Replica, Replica], tom_png: bytes, clip: MotionClip
+) -> None:
+    router, one, two = cluster
+    identity = upload(router, tom_png, "tom.png").json()["id"]
+    made = httpx.post(f"{router}/v1/channels", json={"name": "lasting"}, timeout=30)
+    assert made.status_code == 201, made.text
+    channel = made.json()
+
+    async def run() -> tuple[Replica, float, int]:
+        async with httpx.AsyncClient(base_url=router, timeout=30) as http:
+            first = RtcClient(clip.frames, fps=10)
+            await first.connect(http, f"/v1/sessions?identity={identity}")
+            assert first.location is not None and await first.wait_frames(2, 60)
+            [first_owner] = await owner(http, first.location, one, two)
+            killed = one if first_owner == "one" else two
+            survivor = two if killed is one else one
+
+            killed.proc.kill()
+            at = time.monotonic()
+            while True:  # a new session through the router, as a client would retry it
+                client = RtcClient(clip.frames, fps=10)
+                try:
+                    await client.connect(http, f"/v1/sessions?identity={identity}")
+                    break
+                except httpx.HTTPStatusError:
+                    await client.close()
+                    assert time.monotonic() - at < 5.0, "no new session within 5 s of the kill"
+                    await asyncio.sleep(0.2)
+            took = time.monotonic() - at
+            assert client.location is not None
+            assert await owner(http, client.location, survivor) == [survivor.name]
+            assert await client.wait_frames(2, 30)
+            # The killed replica's session is gone with it: answered at once, not left hanging.
+            gone = (await http.get(first.location)).status_code
+            # The channel made before the kill is served by the survivor, its viewer token still good.
+            assert (await http.get("/v1/channels/lasting")).status_code == 200
+            assert await whep_status(router, channel["whep_url"], channel["viewer_token"]) == 201
+            await http.delete(client.location)
+            await client.close()
+            await first.close()
+            return survivor, took, gone
+
+    survivor, took, gone = asyncio.run(run())
+    assert took < 5.0
+    assert gone == 404, gone  # retried on the survivor, which does not know it
+    assert survivor.proc.poll() is None

@@ -33,7 +33,9 @@ def _free_ports(count: int) -> list[int]:
 
 
 class TritonServer:
-    def __init__(self, repository: Path, work: Path) -> None:
+    def __init__(self, repository: Path, work: Path, ports: tuple[int, int, int] | None = None) -> None:
+        """`ports` (http, grpc, metrics): those of a server started before, to start it again where its clients
+        look for it; free ones by default."""
         venv = triton_venv()
         site = venv / "lib" / "python3.11" / "site-packages"
         home = site / "pytriton" / "tritonserver"
@@ -47,7 +49,8 @@ class TritonServer:
         ):
             (backends / source.name).unlink(missing_ok=True)
             (backends / source.name).symlink_to(source)
-        http, grpc, metrics = _free_ports(3)
+        http, grpc, metrics = ports or _free_ports(3)
+        self.ports = (http, grpc, metrics)
         self.url = f"127.0.0.1:{grpc}"
         self.log = work / "tritonserver.log"
         env = {
@@ -56,7 +59,7 @@ class TritonServer:
             "LD_LIBRARY_PATH": str(site / "nvidia_pytriton.libs"),
         }
         env.pop("PYTHONPATH", None)
-        with self.log.open("w") as out:
+        with self.log.open("a") as out:
             self.proc = subprocess.Popen(
                 [str(home / "bin" / "tritonserver"), f"--model-repository={repository}",
                  f"--backend-directory={work / 'backends'}", f"--http-port={http}", f"--grpc-port={grpc}",

@@ -339,8 +339,12 @@ def test_store_status_path_and_ensure(tmp_path: Path) -> None:
     assert models.status("retinaface_mnet025") == "corrupt"
     with pytest.raises(ModelError, match="corrupt"):
         models.path("retinaface_mnet025")
-    assert models.ensure("retinaface_mnet025") == path  # rebuilt: imports need no network
+    with pytest.raises(ModelError, match="corrupt"):  # changed since it was made: refused, not made again unseen
+        models.ensure("retinaface_mnet025")
+    assert models.produce("retinaface_mnet025") == path  # made again when asked: imports need no network
     assert models.status("retinaface_mnet025") == "verified"
+    path.unlink()
+    assert models.ensure("retinaface_mnet025") == path  # a missing one is made on the spot
 
 
 def test_store_never_downloads(tmp_path: Path) -> None:

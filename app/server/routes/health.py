@@ -27,6 +27,17 @@ async def readyz(state: StateDep, access: AccessDep) -> JSONResponse:
         return JSONResponse(
             {"status": "not ready", "reason": reason}, status_code=503, headers=retry_after(state.settings)
         )
+    tier = await state.model_tier_problem()
+    if tier is not None:  # sessions go on with their faces covered; new ones belong elsewhere until it returns
+        reason = f"the model tier is away: {tier}"
+        return JSONResponse(
+            {"status": "not ready", "reason": reason}, status_code=503, headers=retry_after(state.settings)
+        )
+    changed = state.models_changed_on_disk()
+    if changed:  # still ready: the loaded copies serve; the next start checks the files again
+        note = "; ".join(f"model {name} {what} on disk" for name, what in sorted(changed.items()))
+        note += " since it was loaded: serving the loaded copy"
+        return JSONResponse({"status": "ready", "engine": pipeline.engine.name, "note": note})
     return JSONResponse({"status": "ready", "engine": pipeline.engine.name})
 
 
@@ -45,6 +56,7 @@ async def server_info(state: StateDep, principal: Authenticated) -> dict[str, An
         "reason": state.not_ready_reason or None,
         "engine": pipeline.engine.name if pipeline else None,
         "model_key": pipeline.engine.model_key if pipeline else None,
+        "models_changed_on_disk": state.models_changed_on_disk(),
         "rtsp": {
             "available": state.rtsp.available,
             "reason": state.rtsp.reason,

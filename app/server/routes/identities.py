@@ -2,6 +2,7 @@
 
 import asyncio
 import functools
+import logging
 import re
 from pathlib import PurePath
 from typing import Annotated, Any
@@ -16,12 +17,13 @@ from app.auth.principal import Principal
 from app.identity.consent import Consent, ConsentStatement
 from app.identity.enrol import Upload
 from app.identity.images import sniff_format
-from app.identity.store import Identity, IdentityNotFound, IdentityUnreadable
+from app.identity.store import Identity, IdentityNotFound, IdentityUnreadable, StoreFull
 from app.identity.upload import IdentityUpload, add_identity
 from app.identity.validate import MAX_PHOTOS
 from app.server.deps import PipelineDep, RevocationDep, StateDep, StoreDep
 from app.server.limits import capped_stream, media_type
 
+log = logging.getLogger(__name__)
 router = APIRouter(prefix="/v1/identities", tags=["identities"])
 
 MULTIPART_OVERHEAD = 64 * 1024
@@ -112,19 +114,24 @@ async def create_identity(
     settings = state.settings
     state.rate_limiter.hit("uploads", principal.id, client_address(request))
     upload = await _read_upload(request, principal.id, settings.max_upload_bytes)
-    created = await asyncio.get_running_loop().run_in_executor(
-        state.control_executor,
-        functools.partial(
-            add_identity,
-            upload,
-            pipeline=pipeline,
-            store=state.store,
-            quota=state.identity_quota,
-            usage_of=state.identity_usage,
-            max_image_pixels=settings.max_image_pixels,
-            eyes=state.eyes,
-        ),
-    )
+    try:
+        created = await asyncio.get_running_loop().run_in_executor(
+            state.control_executor,
+            functools.partial(
+                add_identity,
+                upload,
+                pipeline=pipeline,
+                store=state.store,
+                quota=state.identity_quota,
+                usage_of=state.identity_usage,
+                max_image_pixels=settings.max_image_pixels,
+                eyes=state.eyes,
+            ),
+        )
+    except StoreFull as exc:
+        state.metrics.store_full.labels("identities").inc()
+        log.error("identity upload refused: no room on the disk of %s (%s)", state.store.root, exc.__cause__)
+        raise
     identity, enrolment = created.identity, created.enrolment
     state.cache.put(identity.id, enrolment.prepared.model_key, enrolment.prepared)
     access.audit.event(

@@ -106,6 +106,11 @@ def stream_live(page: Any) -> str:
     return str(page.evaluate("window.swapcast.sessionUrl"))
 
 
+def make_channel(server: RunningServer, name: str) -> None:
+    made = httpx.post(f"{server.base_url}/v1/channels", json={"name": name}, headers=PAGE_HEADERS)
+    assert made.status_code == 201, made.text
+
+
 def channel(server: RunningServer, name: str) -> dict[str, Any]:
     found = httpx.get(f"{server.base_url}/v1/channels/{name}")
     assert found.status_code == 200, found.text
@@ -123,8 +128,7 @@ def test_the_page_opens_a_new_session_when_the_server_ends_its_own(
 ) -> None:
     args = chromium_args(camera(detector, tmp_path))
     identity = upload(server.base_url, tom_png, "tom.png").json()["id"]
-    made = httpx.post(f"{server.base_url}/v1/channels", json={"name": "studio-a"}, headers=PAGE_HEADERS)
-    assert made.status_code == 201, made.text
+    make_channel(server, "studio-a")
     posts = SessionPosts()
     assert sync_playwright is not None
     with sync_playwright() as p:
@@ -322,8 +326,7 @@ def test_the_page_does_not_take_its_channel_back_from_a_newer_session(
     page stops and says so instead of taking the channel back (the two would take it from each other for ever)."""
     args = chromium_args(camera(detector, tmp_path))
     identity = upload(server.base_url, tom_png, "tom.png").json()["id"]
-    made = httpx.post(f"{server.base_url}/v1/channels", json={"name": "studio-b"}, headers=PAGE_HEADERS)
-    assert made.status_code == 201, made.text
+    make_channel(server, "studio-b")
     posts = SessionPosts()
     assert sync_playwright is not None
     with sync_playwright() as p:

@@ -7,10 +7,10 @@ import functools
 from collections.abc import Callable
 from concurrent.futures import Executor
 
+from app.live.adapter import LiveRequest
 from app.media.peer import OfferError
 from app.media.webrtc import KIND, PublisherFactory, Session, SessionConfig
 from app.observability import Metrics
-from app.pipeline.identity_map import FaceSources
 from app.pipeline.pipeline import FramePipeline
 from app.provenance.service import Provenance
 from app.server.admission import Admission
@@ -80,31 +80,27 @@ class SessionManager:
             raise SessionNotFound(session_id)
         return session
 
-    async def open(
-        self,
-        offer: str,
-        identity_id: str,
-        source: FaceSources,
-        owner: str = "",
-        *,
-        label: bool | None = None,
-        own_rtsp: bool = True,
-    ) -> tuple[Session, str]:
+    async def open(self, offer: str, request: LiveRequest) -> tuple[Session, str]:
         """Admit (against the global and the owner's capacity), negotiate and register a session; returns it with
         the SDP answer. Its frames carry a mark issued to it and `owner` (and the visible label if `label`, or by
         default when the settings say so). Without `own_rtsp` it gets no RTSP path of its own (it publishes into
         a channel, which has one)."""
+        owner = request.owner
         with self._admission.reserve(owner):
-            if own_rtsp:
-                session = self._new_session(identity_id=identity_id, source=source)
+            if request.own_rtsp:
+                session = self._new_session(identity_id=request.identity_id, source=request.source)
             else:
                 session = self._new_session(
-                    identity_id=identity_id, source=source, publisher_factory=None, rtsp_url=None
+                    identity_id=request.identity_id, source=request.source, publisher_factory=None, rtsp_url=None
                 )
             try:
                 if self._provenance is not None:
                     session.marker = await self._provenance.marker_async(
-                        kind="session", ref=session.id, identity=identity_id, owner=owner or None, label=label
+                        kind="session",
+                        ref=session.id,
+                        identity=request.identity_id,
+                        owner=owner or None,
+                        label=request.label,
                     )
                 answer = await asyncio.wait_for(session.negotiate(offer), NEGOTIATION_TIMEOUT_S)
             except TimeoutError:

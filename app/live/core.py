@@ -10,11 +10,13 @@ WebRTC return's track, WHEP viewers, RTSP). A transport calls `frame_in` when a 
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from app.live.counters import LiveCounters
 from app.live.frame import OutputFrame
 from app.live.hops import HopRecorder
+from app.names import FaceLostPolicy
 from app.observability import Metrics
 from app.pipeline.identity_map import FaceSources, describe_sources
 from app.pipeline.pipeline import FramePipeline
@@ -57,6 +59,16 @@ class LiveCore:
         """Use another identity (or map) from the next frame on."""
         self.identity_id = identity_id
         self.source = source
+
+    @property
+    def face_lost(self) -> FaceLostPolicy:
+        return self._live.tracker.config.on_face_lost
+
+    def set_face_lost(self, policy: FaceLostPolicy) -> None:
+        """What this stream does with a swapped face the detector misses, from the next frame on (the server's
+        setting is only the default)."""
+        tracker = self._live.tracker
+        tracker.config = replace(tracker.config, on_face_lost=policy)  # one reference swap: safe for the worker
 
     def frame_in(self, now: float | None = None, count: int = 1) -> None:
         """`count` decoded frames arrived (a transport that counts in batches passes how many)."""
@@ -124,6 +136,7 @@ class LiveCore:
             "detections": dict(self._live.detections),
             "provenance": self.marker.describe() if self.marker else None,
             "identity_map": describe_sources(self.source),
+            "options": {"on_face_lost": self.face_lost},
         }
 
     def close(self) -> None:

@@ -282,6 +282,26 @@ async function upload(event) {
   }
 }
 
+// ------------------------------------------------------------------------------------------------ options
+
+// The session's own options (the server's settings are their defaults); every new session of the stream gets them.
+function chosenOptions() {
+  const faceLost = $("face-lost-select").value;
+  return faceLost ? { on_face_lost: faceLost } : null;
+}
+
+async function applyOptions(sessionUrl) {
+  const options = chosenOptions();
+  if (!options || !sessionUrl) return;
+  const response = await api(`${sessionUrl}/options`, {
+    method: "PATCH",
+    headers: { "Content-Type": "application/json" },
+    body: JSON.stringify(options),
+    askKey: false,
+  });
+  if (!response.ok) setStatus($("session-status"), `options not applied: ${await errorText(response)}`, true);
+}
+
 // ------------------------------------------------------------------------------------------------ session
 
 // A stream is one camera and, while it lasts, a peer connection and a server session. When the connection is
@@ -453,6 +473,7 @@ async function connect() {
     window.swapcast.identity = page.want.identity;
     await pc.setRemoteDescription({ type: "answer", sdp: await response.text() });
     if (!current()) return;
+    await applyOptions(sessionUrl);
     showRtsp();
     page.statsTimer = setInterval(updateStats, 1000);
     page.timers.connect = setTimeout(() => {
@@ -699,6 +720,7 @@ for (const choice of document.querySelectorAll("#whose input[name=whose]")) {
   choice.addEventListener("change", () => { renderPersonChoice(); switchLive(); });
 }
 $("person-select").addEventListener("change", switchLive);
+$("face-lost-select").addEventListener("change", () => applyOptions(page.sessionUrl).catch(() => {}));
 $("start-button").addEventListener("click", start);
 $("stop-button").addEventListener("click", stop);
 $("channel-input").value = new URLSearchParams(location.search).get("channel") || "";

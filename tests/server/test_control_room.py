@@ -176,6 +176,14 @@ def test_the_page_runs_identities_channels_and_only_this_person(
                 f".startsWith('live from a session')",
                 timeout=15_000,
             )
+            # The session's own face-lost policy, from the page while live.
+            assert stats["options"]["on_face_lost"] == "hold"  # the server's default
+            page.select_option("#face-lost-select", "cover")
+            page.wait_for_function(
+                "() => window.swapcast.server && window.swapcast.server.options.on_face_lost === 'cover'",
+                timeout=15_000,
+            )
+            assert httpx.get(f"{base}{session_url}").json()["options"] == {"on_face_lost": "cover"}
             # "Use for live" waits for the stream to stop.
             assert page.is_disabled(f"{channel_item('main-cam')} [data-action=use]")
 

@@ -25,15 +25,11 @@ from tests.server.test_browser import (
     camera_still,
     chromium_args,
     keep_loopback_candidates,
+    pytestmark,  # noqa: F401  (the same skips: Chromium and Playwright needed; slow)
     sync_playwright,
     write_y4m,
 )
-
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.skipif(not CHROMIUM.exists(), reason="needs Debian's chromium at /usr/bin/chromium (apt chromium)"),
-    pytest.mark.skipif(sync_playwright is None, reason="needs the playwright Python package (pip playwright)"),
-]
+from tests.server.test_page_reconnect import stream_live
 
 # Where the docs' screenshots of the page are refreshed from, when set (docs/images).
 SCREENSHOTS = os.environ.get("SWAPCAST_PAGE_SCREENSHOTS")
@@ -158,15 +154,7 @@ def test_the_page_runs_identities_channels_and_only_this_person(
             page.check(f"#identity-{tom_id}")
             page.check("#swap-person")
             page.select_option("#person-select", me_id)
-            page.click("#start-button")
-            page.wait_for_function(
-                "() => window.swapcast.state === 'live' || window.swapcast.state === 'failed'", timeout=30_000
-            )
-            assert page.evaluate("window.swapcast.state") == "live", page.evaluate("window.swapcast.error")
-            page.wait_for_function(
-                "() => window.swapcast.server && window.swapcast.server.frames_out >= 15", timeout=60_000
-            )
-            session_url = str(page.evaluate("window.swapcast.sessionUrl"))
+            session_url = stream_live(page)
             stats = httpx.get(f"{base}{session_url}").json()
             mapping = stats["identity_map"]
             assert mapping is not None, stats

@@ -1,11 +1,14 @@
 // swapcast web page, the channels panel: create, list, rotate and delete the streamer's channels, copy their OBS
-// addresses, and pick one for the live stream. Uses `$`, `api`, `errorText`, `setStatus` and `page` from app.js.
+// addresses, pick one for the live stream, and push a channel to platforms (RTMP/RTMPS, SRT, WHIP).
+// Uses `$`, `api`, `errorText`, `setStatus` and `page` from app.js.
 "use strict";
 
 const CHANNEL_REFRESH_MS = 5000;
 
 const channelsPanel = {
   list: [],
+  pushes: {},            // channel name -> its pushes (GET /v1/channels/NAME/pushes), or null where not offered
+  open: new Set(),       // channels whose pushes are unfolded
   timer: null,
 };
 
@@ -29,7 +32,20 @@ async function loadChannels() {
   $("channel-form").hidden = false;
   channelsPanel.list = (await response.json()).channels;
   window.swapcast.channels = channelsPanel.list;
-  renderChannels();
+  await Promise.all(channelsPanel.list.map((channel) => loadPushes(channel.name)));
+  if (!editingPush()) renderChannels();  // a refresh never wipes what someone is typing
+}
+
+async function loadPushes(name) {
+  try {
+    const response = await api(`/v1/channels/${encodeURIComponent(name)}/pushes`, { askKey: false });
+    channelsPanel.pushes[name] = response.ok ? (await response.json()).pushes : null;
+  } catch (_) { /* kept as it was: the next refresh tries again */ }
+}
+
+function editingPush() {
+  const inputs = [...document.querySelectorAll("#channel-list .push-form input")];
+  return inputs.some((input) => input === document.activeElement || input.value !== "");
 }
 
 // What OBS shows now: the publisher's frames, its last frame held after it left, or the slate.
@@ -83,6 +99,7 @@ function renderChannels() {
     }
     actions.append(use, copy, rotate, remove);
     item.append(title, state, url, actions);
+    if (channelsPanel.pushes[channel.name]) item.append(pushesOf(channel.name, channelsPanel.pushes[channel.name]));
     list.append(item);
     // A refresh keeps keyboard focus where it was.
     if (focusedChannel && focusedChannel.dataset.name === channel.name && focused) {
@@ -91,6 +108,99 @@ function renderChannels() {
   }
   $("channel-empty").hidden = channelsPanel.list.length > 0;
 }
+
+// ------------------------------------------------------------------------------------------------ pushes
+
+function pushLine(push) {
+  const parts = [push.state];
+  if (push.state === "live") parts.push(`${Math.round(push.bitrate_kbps)} kbit/s`);
+  if (push.reconnects) parts.push(`${push.reconnects} reconnects`);
+  if (push.last_error && push.state !== "live") parts.push(push.last_error);
+  return parts.join(" · ");
+}
+
+// A channel's pushes, folded: each destination (its secrets shown as ***) with its state, and a form to add one.
+function pushesOf(name, pushes) {
+  const details = document.createElement("details");
+  details.className = "pushes";
+  details.open = channelsPanel.open.has(name);
+  details.addEventListener("toggle", () => {
+    if (details.open) channelsPanel.open.add(name);
+    else channelsPanel.open.delete(name);
+  });
+  const summary = document.createElement("summary");
+  const live = pushes.filter((push) => push.state === "live").length;
+  summary.textContent = `Pushes to platforms (${pushes.length}${pushes.length ? `, ${live} live` : ""})`;
+  const list = document.createElement("ul");
+  for (const push of pushes) {
+    const entry = document.createElement("li");
+    entry.dataset.push = push.id;
+    const where = document.createElement("code");
+    where.textContent = push.url;
+    const state = document.createElement("span");
+    state.className = push.state === "live" ? "status" : "status error";
+    state.classList.toggle("error", push.state !== "live" && Boolean(push.last_error));
+    state.textContent = pushLine(push);
+    const remove = channelButton("Remove", `stop pushing ${name} to ${push.url}`, () => removePush(name, push.id));
+    entry.append(where, state, remove);
+    list.append(entry);
+  }
+  const form = document.createElement("form");
+  form.className = "push-form";
+  const url = document.createElement("input");
+  url.type = "text";
+  url.name = "url";
+  url.required = true;
+  url.placeholder = "rtmp://live.twitch.tv/app, srt://host:port or a WHIP URL";
+  url.setAttribute("aria-label", `where to push channel ${name}: an rtmp://, rtmps://, srt:// or WHIP https:// URL`);
+  const key = document.createElement("input");
+  key.type = "password";
+  key.name = "key";
+  key.autocomplete = "off";
+  key.placeholder = "stream key or WHIP token";
+  key.setAttribute("aria-label", `stream key (RTMP) or Bearer token (WHIP) for channel ${name}; kept, never shown`);
+  const add = document.createElement("button");
+  add.type = "submit";
+  add.textContent = "Add push";
+  add.setAttribute("aria-label", `add a push of channel ${name}`);
+  form.append(url, key, add);
+  form.addEventListener("submit", (event) => addPush(event, name, form));
+  details.append(summary, list, form);
+  return details;
+}
+
+async function addPush(event, name, form) {
+  event.preventDefault();
+  const url = form.elements.url.value.trim();
+  const key = form.elements.key.value;
+  const body = key ? { url, key } : { url };
+  setStatus($("channel-status"), `adding a push of ${name}…`);
+  const response = await api(`/v1/channels/${encodeURIComponent(name)}/pushes`, {
+    method: "POST",
+    headers: { "Content-Type": "application/json" },
+    body: JSON.stringify(body),
+  });
+  if (!response.ok) {
+    setStatus($("channel-status"), `push not added: ${await errorText(response)}`, true);
+    return;
+  }
+  const push = await response.json();
+  form.reset();  // the key leaves the page: the server keeps it and never shows it again
+  setStatus($("channel-status"), `${name} now pushes to ${push.url}`);
+  await loadChannels();
+}
+
+async function removePush(name, id) {
+  const response = await api(`/v1/channels/${encodeURIComponent(name)}/pushes/${id}`, { method: "DELETE" });
+  if (!response.ok && response.status !== 404) {
+    setStatus($("channel-status"), `push not removed: ${await errorText(response)}`, true);
+    return;
+  }
+  setStatus($("channel-status"), `push of ${name} removed`);
+  await loadChannels();
+}
+
+// ------------------------------------------------------------------------------------------------ picking
 
 function pickChannel(name) {
   if (page.wanted) return;  // the channel is fixed while a stream runs

@@ -149,7 +149,7 @@ class Metrics:
         )
         self.content_checks = Counter(
             "swapcast_content_checks",
-            "Images the content check scored, by kind (session, stream, upload, file) and side (input, output).",
+            "Images the content check scored, by kind (session, stream, upload) and side (input, output).",
             ["kind", "side"],
             registry=r,
         )

@@ -22,7 +22,7 @@ from app.runtime.batcher import DynamicBatcher
 log = logging.getLogger(__name__)
 
 SIDES = ("input", "output")
-STOP_REASON = "content policy: the content check flagged this stream's content as sexually explicit"
+STOP_REASON = "content policy: sexually explicit content"
 BLUR_CELLS = 12  # the covered output shows this many blurred cells across its longer side
 MAX_BATCH = 8
 MAX_QUEUE = 32

@@ -4,6 +4,7 @@ default follows who can reach the server."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -13,6 +14,7 @@ import httpx
 import pytest
 
 from app.auth.settings import AccessSettings
+from app.bench.rtc_client import RtcClient
 from app.content.live import STOP_REASON
 from app.content.settings import ContentSettings
 from app.media.clips import MotionClip, load_sample
@@ -21,7 +23,7 @@ from app.pipeline.pipeline import FramePipeline
 from app.server.app import create_app
 from app.settings import PipelineSettings
 from tests.content.marker import build_marker_model, marked
-from tests.helpers import wait_for
+from tests.helpers import wait_for, wait_for_async
 from tests.server.credentials import bearer, make_credentials
 from tests.server.harness import PAGE_HEADERS, RunningServer, camera_file, encode, server_settings, start_server, upload
 
@@ -104,6 +106,41 @@ def test_a_flagged_stream_is_stopped_with_a_reason_and_audited(
     (event,) = audited(audit, "content_flagged")
     assert (event["kind"], event["ref"], event["action"]) == ("stream", stream, "stop")
     assert "input" in event["sides"] and STOP_REASON.startswith("content policy")
+
+
+def test_a_flagged_session_is_closed_with_the_content_reason(
+    tmp_path: Path, pipeline_factory: Callable[[PipelineSettings], FramePipeline], clip: MotionClip
+) -> None:
+    audit = tmp_path / "audit.log"
+    settings = server_settings(
+        tmp_path / "identities",
+        access=AccessSettings(keys_file=tmp_path / "none.json", audit_log=str(audit)),
+        content=ContentSettings(policy="stop", model_file=build_marker_model(tmp_path / "marker.onnx")),
+    )
+    frames = clip.frames[:10] + [marked(f) for f in clip.frames[10:]]
+    with start_server(settings, pipeline_factory) as server:
+        base = server.base_url
+        identity = upload(base, encode(load_sample("tom_hanks"))).json()["id"]
+
+        async def run() -> tuple[str, int]:
+            client = RtcClient(frames, fps=15)
+            async with httpx.AsyncClient(base_url=base, timeout=30) as http:
+                await client.connect(http, f"/v1/sessions?identity={identity}")
+                assert await client.wait_frames(3, 90), "the session sent no frames"
+                ended = await wait_for_async(
+                    lambda: server.state.sessions is not None and len(server.state.sessions) == 0, 60
+                )
+                gone = (await http.get(client.location or "")).status_code
+                await client.close()
+            assert ended, "the session was not closed"
+            return client.location or "", gone
+
+        location, gone = asyncio.run(run())
+        assert gone == 404
+        closed = sample(server, "swapcast_sessions_closed_total", {"reason": STOP_REASON})
+        assert closed == 1
+    (event,) = audited(audit, "content_flagged")
+    assert (event["kind"], event["action"]) == ("session", "stop") and location.endswith(event["ref"])
 
 
 @pytest.mark.parametrize(

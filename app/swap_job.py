@@ -78,6 +78,8 @@ def swap_file(
     if signed:
         mime_of(output)  # an output format C2PA cannot carry fails before any work
     screen = file_screen(ContentSettings(), store, fps)  # None unless SWAPCAST_CONTENT_POLICY asks for it
+    if screen is not None and source_image is not None:
+        screen.photo(source_image, "source photo")
     pipeline = build_pipeline(settings, store)
     source: FaceSources
     if source_image is not None and source_path is not None:

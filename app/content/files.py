@@ -1,6 +1,6 @@
-"""The content gate of `swapcast swap`: the target and the swapped output checked (an image once, a video one frame
-every `interval_s` of its time) and the file refused, with nothing written, when either is flagged. Off unless
-SWAPCAST_CONTENT_POLICY is set (the command runs on its operator's own machine)."""
+"""The content gate of `swapcast swap`: the source photo, the target and the swapped output checked (an image
+once, a video one frame every `interval_s` of its time) and the file refused, with nothing written, when any is
+flagged. Off unless SWAPCAST_CONTENT_POLICY is set (the command runs on its operator's own machine)."""
 
 from collections.abc import Sequence
 
@@ -20,6 +20,16 @@ class FileScreen:
         self.fps = fps
         self.seen = 0
         self.checks = 0
+
+    def photo(self, image: Image, what: str) -> None:
+        """One still checked now (the source photo); `what` names it in the refusal."""
+        (score,) = self.check.scores([image])
+        self.checks += 1
+        if self.check.flagged(float(score)):
+            raise UserError(
+                f"refused by the content policy: the {what} was flagged as sexually explicit "
+                f"(score {float(score):.3f}, threshold {self.check.threshold}); nothing was written"
+            )
 
     def frames(self, targets: Sequence[Image], outputs: Sequence[Image]) -> None:
         """The next frames of the file, before and after the swap: every `every`-th pair is checked."""

@@ -46,19 +46,23 @@ def test_a_flagged_video_is_refused_at_its_time_and_nothing_is_written(
     assert not out.exists() and sorted(p.name for p in tmp_path.iterdir()) == ["clip.mp4"]
 
 
-def test_an_image_flagged_is_refused_and_a_clear_one_is_swapped(
+def test_a_flagged_image_or_source_photo_is_refused_and_a_clear_one_is_swapped(
     source: Path, marker_model: Path, tmp_path: Path
 ) -> None:
     flagged = tmp_path / "flagged.png"
     write_image(flagged, marked(load_sample("astronaut")))
     out = tmp_path / "out.png"
+    clear = tmp_path / "clear.png"
+    write_image(clear, load_sample("astronaut"))
     refused = swap(source, flagged, out, marker_model)
     assert refused.returncode != 0 and not out.exists()
     (line,) = [line for line in refused.stderr.splitlines() if line.strip()]
     assert line.startswith("swapcast: error: refused by the content policy: the target was flagged"), line
     assert "nothing was written" in line
-    clear = tmp_path / "clear.png"
-    write_image(clear, load_sample("astronaut"))
+    flagged_source = swap(flagged, clear, out, marker_model)
+    assert flagged_source.returncode != 0 and not out.exists()
+    (line,) = [line for line in flagged_source.stderr.splitlines() if line.strip()]
+    assert line.startswith("swapcast: error: refused by the content policy: the source photo was flagged"), line
     swapped = swap(source, clear, out, marker_model)
     assert swapped.returncode == 0, swapped.stderr
     assert out.exists()

@@ -4,6 +4,7 @@ the policy: `blur` covers the whole output until a check finds it clear again, `
 session or stream with a reason. Hits are counted and audited."""
 
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -26,9 +27,22 @@ STOP_REASON = "content policy: sexually explicit content"
 BLUR_CELLS = 12  # the covered output shows this many blurred cells across its longer side
 MAX_BATCH = 8
 MAX_QUEUE = 32
+# The scoring thread runs at this niceness (Linux schedules threads one by one): a check takes the cores frames
+# leave idle, and under full load gets about a tenth of a contended core, so a busy server stretches the
+# schedule rather than dropping frames (one pair costs ~150 ms of a core, docs/guides/content-gate.md).
+SCORING_NICENESS = 10
 
 Audit = Callable[..., None]
 Pair = tuple[Image, Image]
+
+
+def lower_priority(niceness: int) -> None:
+    """This thread's niceness raised to `niceness` where the system allows it (Linux: per thread)."""
+    try:
+        tid = threading.get_native_id()
+        os.setpriority(os.PRIO_PROCESS, tid, max(niceness, os.getpriority(os.PRIO_PROCESS, tid)))
+    except (AttributeError, OSError) as exc:  # no per-thread priorities here: checks run at the frames' priority
+        log.debug("content checks keep their priority: %s", exc)
 
 
 def cover(image: Image) -> Image:
@@ -51,6 +65,7 @@ class ContentService:
         self.interval_s = interval_s
         self.metrics = metrics
         self.audit: Audit = audit or (lambda event, **fields: None)
+        self._niced = False
         self.batcher: DynamicBatcher[Pair, tuple[float, ...]] = DynamicBatcher(
             "content",
             self._score,
@@ -62,6 +77,9 @@ class ContentService:
 
     def _score(self, pairs: list[Pair]) -> list[tuple[float, ...]]:
         """On the batcher's thread: every image of every pair in one run."""
+        if not self._niced:
+            self._niced = True
+            lower_priority(SCORING_NICENESS)
         started = time.perf_counter()
         scores = self.check.scores([image for pair in pairs for image in pair])
         self.metrics.content_seconds.labels("live").observe(time.perf_counter() - started)

@@ -1,6 +1,8 @@
 """The content gate's decisions through the live core, with the stand-in classifier the tests build: a marked
 frame covers the output (blur) or ends the stream (stop), each hit counted and audited, on the schedule."""
 
+import os
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -9,7 +11,7 @@ import numpy as np
 import pytest
 
 from app.content.check import ContentCheck, load_content_check
-from app.content.live import STOP_REASON, ContentService
+from app.content.live import SCORING_NICENESS, STOP_REASON, ContentService
 from app.content.settings import Policy
 from app.live.core import LiveCore
 from app.media.clips import load_sample, sample_faces
@@ -142,5 +144,19 @@ def test_a_stream_is_checked_once_per_interval(pipeline: FramePipeline, check: C
         gate.apply(t1, sampled)
         assert wait_for(lambda: gated.checks() == 1, 10)
         assert [gate.sample(t1, now=t) is not None for t in (0.5, 0.99, 1.01)] == [False, False, True]
+    finally:
+        gated.close()
+
+
+def test_checks_run_at_a_lower_priority_than_frames(pipeline: FramePipeline, check: ContentCheck, t1: Image) -> None:
+    gated = Gated(pipeline, check, "blur", interval_s=0.01)
+    mine = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+    try:
+        gated.frame(t1)
+        assert gated.checks() == 1
+        worker = gated.service.batcher.worker.native_id
+        assert worker is not None
+        assert os.getpriority(os.PRIO_PROCESS, worker) >= SCORING_NICENESS
+        assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == mine  # the frame's thread keeps its own
     finally:
         gated.close()

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
+from app.content.live import ContentGate
 from app.live.counters import LiveCounters
 from app.live.frame import OutputFrame
 from app.live.hops import HopRecorder
@@ -45,6 +46,7 @@ class LiveCore:
         self.identity_id = identity_id
         self.source = source
         self.marker: FrameMarker | None = None  # watermark and label of every output frame
+        self.content: ContentGate | None = None  # the content gate's schedule and policy (app.content.live)
         self.counters = LiveCounters()
         self.hops = HopRecorder(metrics.hop_seconds, kind)
         # Called with every processed image; each must return at once (they hand the frame to their own
@@ -86,8 +88,14 @@ class LiveCore:
 
     def process(self, image: Image, timer: StageTimer) -> Image:
         """Locate, swap and mark one BGR frame (on a worker thread, never the event loop): located without
-        waiting for detection where the pipeline detects in the background."""
+        waiting for detection where the pipeline detects in the background. Where the content gate is on, the
+        input and output go to its check on schedule and the output comes back as its policy has it."""
+        gate = self.content
+        sampled = gate.sample(image) if gate is not None else None
         result = self._pipeline.process_live(image, self.source, self._live, timer, self.name).image
+        if gate is not None:
+            with timer.stage("content"):
+                result = gate.apply(result, sampled)
         if self.marker is not None:
             with timer.stage("mark"):
                 result = self.marker.apply(result)
@@ -137,6 +145,7 @@ class LiveCore:
             "provenance": self.marker.describe() if self.marker else None,
             "identity_map": describe_sources(self.source),
             "options": {"on_face_lost": self.face_lost},
+            "content": self.content.describe() if self.content is not None else None,
         }
 
     def close(self) -> None:

@@ -7,6 +7,7 @@ import functools
 from collections.abc import Callable
 from concurrent.futures import Executor
 
+from app.content.live import ContentService
 from app.live.adapter import LiveRequest
 from app.media.peer import OfferError
 from app.media.webrtc import KIND, PublisherFactory, Session, SessionConfig
@@ -37,9 +38,11 @@ class SessionManager:
         rtsp_url: Callable[[str], str] | None = None,
         max_per_owner: int | None = None,
         provenance: Provenance | None = None,
+        content: ContentService | None = None,
     ) -> None:
         self.pipeline = pipeline
         self._provenance = provenance
+        self._content = content
         self.config = config
         self._metrics = metrics
         # What every session of this server is made with; `open` adds its identity and source.
@@ -102,6 +105,8 @@ class SessionManager:
                         owner=owner or None,
                         label=request.label,
                     )
+                if self._content is not None:
+                    session.core.content = self._content.gate(KIND, session.id, owner, _closer(session))
                 answer = await asyncio.wait_for(session.negotiate(offer), NEGOTIATION_TIMEOUT_S)
             except TimeoutError:
                 await session.close("negotiation failed")
@@ -122,3 +127,13 @@ class SessionManager:
     async def close_all(self, reason: str, grace_s: float) -> bool:
         """Refuse new sessions and close all open ones; False if some did not finish within `grace_s`."""
         return await self._admission.close_all(lambda s: s.request_close(reason), grace_s)
+
+
+def _closer(session: Session) -> Callable[[str], None]:
+    """What the content gate calls (from its own thread) to end `session` with a reason: closed on the event loop."""
+    loop = asyncio.get_running_loop()
+
+    def close(reason: str) -> None:
+        loop.call_soon_threadsafe(session.request_close, reason)
+
+    return close

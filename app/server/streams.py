@@ -6,6 +6,7 @@ streams and connects the two.
 """
 
 import asyncio
+import contextlib
 import dataclasses
 import logging
 import secrets
@@ -16,6 +17,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from app.content.live import ContentService
 from app.live.adapter import LiveOutput, LiveRequest
 from app.live.core import LiveCore
 from app.live.frame import OutputFrame
@@ -182,6 +184,10 @@ class Stream(LiveOutput):
     def on_state(self, state: str) -> None:
         self.state = state
 
+    def _content_stop(self) -> str | None:
+        gate = self.core.content
+        return gate.stopped if gate is not None else None
+
     def stats(self) -> dict[str, Any]:
         worker_stats: dict[str, Any] = {}
         if self.worker is not None:
@@ -196,7 +202,7 @@ class Stream(LiveOutput):
             "id": self.id,
             "source_url": self.origin.display_url,
             "state": str(state),
-            "reason": error if state == "failed" else None,
+            "reason": error if state == "failed" else self._content_stop(),
             "created": self.created,
             **self.core.stats(),
             "rtsp_url": self.rtsp_url,
@@ -217,6 +223,7 @@ class StreamManager:
         max_per_owner: int | None = None,
         give_up: GiveUp | None = None,
         provenance: Provenance | None = None,
+        content: ContentService | None = None,
         source_check: Callable[[str], CheckedSource] | None = None,
     ) -> None:
         self.pipeline = pipeline
@@ -225,6 +232,7 @@ class StreamManager:
         # The caller of `open` and `restart` applies it for the first open (a refused source costs no slot).
         self._source_check = source_check
         self._provenance = provenance
+        self._content = content
         self._metrics = metrics
         self._rtsp = rtsp
         self._worker_factory = worker_factory
@@ -281,6 +289,8 @@ class StreamManager:
                 stream.marker = await self._provenance.marker_async(
                     kind="stream", ref=stream.id, identity=request.identity_id, owner=owner or None, label=request.label
                 )
+            if self._content is not None:
+                stream.core.content = self._content.gate(KIND, stream.id, owner, self._stopper(stream))
             await self._start(stream)
             self._admission.admit(stream.id, stream, owner)
             return stream
@@ -382,6 +392,19 @@ class StreamManager:
         log.warning("stream %s failed and freed its slot: %s", stream.id, stream.stats()["reason"])
         if self._loop is not None:
             self._loop.run_in_executor(None, _close_outputs, stream)
+
+    def _stopper(self, stream: Stream) -> Callable[[str], None]:
+        """What the content gate calls (from its own thread) to end `stream`: closed on the event loop."""
+        loop = asyncio.get_running_loop()
+
+        async def stop() -> None:
+            with contextlib.suppress(StreamNotFound):  # closed meanwhile
+                await self.close(stream.id)
+
+        def request(reason: str) -> None:
+            asyncio.run_coroutine_threadsafe(stop(), loop)
+
+        return request
 
     async def close(self, stream_id: str) -> None:
         stream = self._admission.release(stream_id) or self._failed.pop(stream_id, None)

@@ -172,6 +172,7 @@ class Run:
     feedback: Counter[str] = field(default_factory=Counter)
     session_states: list[dict[str, Any]] = field(default_factory=list)
     session_gone_at: float | None = None
+    recovery: dict[str, Any] | None = None  # the server's last report of its input's recovery
     lifted_at: float | None = None
     relay: dict[str, dict[str, Any]] | None = None
     failed: str | None = None
@@ -194,6 +195,7 @@ async def _watch_session(http: httpx.AsyncClient, location: str, run: Run) -> No
                 return
             if response.status_code == 200:
                 body = response.json()
+                run.recovery = body.get("recovery")
                 state = {"state": body.get("state"), "close_reason": body.get("close_reason")}
                 if not run.session_states or {k: run.session_states[-1][k] for k in state} != state:
                     run.session_states.append(state | {"at": time.monotonic()})
@@ -369,6 +371,7 @@ def summarize(
         "feedback": {k: run.feedback.get(k, 0) for k in ("pli_sent", "nack_sent", "keyframe_requests_received")},
         "kbps": kbps_series(run.samples, run.start),
         "relay": run.relay,
+        "server_recovery": run.recovery,
         "failed": run.failed,
     }
     series = summary["kbps"]

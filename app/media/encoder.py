@@ -13,7 +13,11 @@ the encoder through `create_encoder` (installed by `install_timed_encoders`).
 
 A change of the receiver's estimate (REMB) reopens the codec, as in aiortc (setting the open context's
 bit_rate changed nothing in libx264's output: FFmpeg 8.1 through PyAV 16), but only past 25% rather than
-10%: each reopen starts with a keyframe, a burst of bits.
+10%: each reopen starts with a keyframe, a burst of bits. An estimate below the band's minimum is followed
+down to `estimate_floor` of it: under a cap below the minimum, a stream held at the minimum only fills the
+bottleneck's queue. Keyframes the receiver asks for leave at most once per `keyframe_min_interval_s` (a request
+within it is answered when it ends): each is a burst, and under a cap a burst that overflows the queue makes
+the receiver ask again.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from __future__ import annotations
 import fractions
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -46,8 +51,9 @@ class BitrateBand:
     min_bps: int
     max_bps: int
 
-    def clamp(self, bps: int) -> int:
-        return max(self.min_bps, min(bps, self.max_bps))
+    def clamp(self, bps: int, floor: float = 1.0) -> int:
+        """`bps` inside the band, or down to `floor` of its minimum."""
+        return max(round(self.min_bps * floor), min(bps, self.max_bps))
 
 
 def bitrate_band(width: int, height: int, settings: EncoderSettings) -> BitrateBand:
@@ -149,6 +155,9 @@ class LiveH264Encoder(H264Encoder):
         self.settings = settings
         self._requested: int | None = None  # the receiver's estimate; None until one arrives
         self._band: BitrateBand | None = None
+        self._last_forced: float | None = None  # when the last requested keyframe was encoded (monotonic)
+        self._keyframe_owed = False
+        self.keyframes_deferred = 0
 
     @property
     def backend(self) -> str | None:
@@ -157,11 +166,12 @@ class LiveH264Encoder(H264Encoder):
 
     @property
     def target_bitrate(self) -> int:
-        """Bits per second: the receiver's estimate inside this resolution's band (its minimum until an
-        estimate arrives)."""
+        """Bits per second: the receiver's estimate inside this resolution's band, or down to `estimate_floor`
+        of its minimum (the minimum until an estimate arrives)."""
         if self._band is None:
             return self._requested or 0
-        return self._band.clamp(self._requested if self._requested is not None else self._band.min_bps)
+        requested = self._requested if self._requested is not None else self._band.min_bps
+        return self._band.clamp(requested, self.settings.estimate_floor)
 
     @target_bitrate.setter
     def target_bitrate(self, bitrate: int) -> None:
@@ -183,10 +193,26 @@ class LiveH264Encoder(H264Encoder):
                 self.settings, lambda name: open_codec(name, width, height, bitrate, band, self.settings)
             )
         # aiortc's way: a forced keyframe on the receiver's request (PLI/FIR), otherwise the encoder decides.
+        force_keyframe = self._keyframe_due(force_keyframe)
         frame.pict_type = av.video.frame.PictureType.I if force_keyframe else av.video.frame.PictureType.NONE
         data = b"".join(bytes(packet) for packet in self.codec.encode(frame))
         if data:
             yield from self._split_bitstream(data)
+
+    def _keyframe_due(self, requested: bool, now: float | None = None) -> bool:
+        """Whether this frame is a requested keyframe: one per `keyframe_min_interval_s`; a request within the
+        interval is owed until it ends."""
+        now = time.monotonic() if now is None else now
+        owed = requested or self._keyframe_owed
+        if not owed:
+            return False
+        if self._last_forced is not None and now - self._last_forced < self.settings.keyframe_min_interval_s:
+            if requested:
+                self.keyframes_deferred += 1
+            self._keyframe_owed = True
+            return False
+        self._last_forced, self._keyframe_owed = now, False
+        return True
 
 
 _settings = EncoderSettings()

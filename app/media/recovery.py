@@ -46,16 +46,17 @@ _BUFFER_ATTRIBUTE = "_RTCRtpReceiver__jitter_buffer"  # where aiortc's receiver 
 
 
 def is_keyframe(data: bytes) -> bool:
-    """Whether an assembled frame (as aiortc's depayloaders give it) can be decoded on its own: H.264 (Annex B,
-    a NAL unit of type 5, IDR) or VP8 (the frame tag's inverse keyframe bit clear)."""
-    if data.startswith(b"\x00\x00\x00\x01") or data.startswith(b"\x00\x00\x01"):
+    """Whether an assembled frame (as aiortc's depayloaders give it) can be decoded on its own: H.264 (Annex B
+    from its first byte, with an IDR slice: NAL unit type 5) or VP8 (a keyframe's frame tag and start code).
+    A frame that lost its first packet is neither."""
+    if data.startswith((b"\x00\x00\x00\x01", b"\x00\x00\x01")):
         start = data.find(b"\x00\x00\x01")
         while start != -1 and start + 3 < len(data):
             if data[start + 3] & 0x1F == 5:
                 return True
             start = data.find(b"\x00\x00\x01", start + 3)
         return False
-    return bool(data) and not data[0] & 0x01
+    return len(data) >= 6 and not data[0] & 0x01 and data[3:6] == b"\x9d\x01\x2a"
 
 
 @dataclass

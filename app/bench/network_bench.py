@@ -45,6 +45,7 @@ from app.bench.server_bench import (
     print_progress,
     upload_identity,
 )
+from app.media.recovery import guard_receiver
 from app.pipeline.types import Image
 
 FREEZE_S = 0.25  # a gap between returned frames longer than this is a freeze
@@ -107,14 +108,21 @@ class NetworkBenchConfig:
     codec: str = "H264"
     clip_frames: int = 60
     in_process: bool = False
+    # The client's receivers give up holes and limit keyframe requests as the server's do (app.media.recovery),
+    # standing for a browser, which asks for a keyframe soon after loss it cannot repair; aiortc's own otherwise.
+    client_recovery: bool = False
+    paths: tuple[str, ...] = ("session",)  # also "whep": a viewer of a session's output (app.bench.network_paths)
 
 
 class RelayedClient(RtcClient):
     """An `RtcClient` whose connection runs through `relay`, counting the RTCP feedback each side sends."""
 
-    def __init__(self, frames: Sequence[Image], relay: UdpRelay, *, fps: int, codec: str | None) -> None:
+    def __init__(
+        self, frames: Sequence[Image], relay: UdpRelay, *, fps: int, codec: str | None, recovery: bool = False
+    ) -> None:
         super().__init__(frames, fps=fps, codec=codec)
         self.relay = relay
+        self.recovery = recovery
         # pli_sent / nack_sent: by this client's receiver; keyframe_requests_received: PLI or FIR from the server.
         self.feedback: Counter[str] = Counter()
 
@@ -127,6 +135,8 @@ class RelayedClient(RtcClient):
         routed, real = route_candidates(sdp, self.relay.client_facing)
         self.relay.connect(server=real)
         self._count_feedback()
+        if self.recovery:  # around the counting: what is counted is what leaves
+            guard_receiver(self.pc.getTransceivers()[0].receiver)
         return routed
 
     def _count_feedback(self) -> None:
@@ -262,7 +272,8 @@ async def _measure(
 
 
 def _client(frames: list[Image], config: NetworkBenchConfig) -> RelayedClient:
-    return RelayedClient(frames, UdpRelay(seed=config.seed), fps=config.fps, codec=config.codec)
+    relay = UdpRelay(seed=config.seed)
+    return RelayedClient(frames, relay, fps=config.fps, codec=config.codec, recovery=config.client_recovery)
 
 
 async def _run_profile(
@@ -433,7 +444,7 @@ async def _run_all(
 ) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     clean: dict[str, Any] | None = None
-    for name in config.profiles:
+    for name in config.profiles if "session" in config.paths else ():
         profile = PROFILES[name]
         async with httpx.AsyncClient(base_url=server.base_url, timeout=30) as http:
             closed_before = await closed_reasons(http)
@@ -455,6 +466,28 @@ async def _run_all(
                 run.failed,
             )
         await asyncio.sleep(0.5)
+    if "whep" in config.paths:
+        rows.extend(await _run_whep(server, frames, config, progress))
+    return rows
+
+
+async def _run_whep(
+    server: BenchServer, frames: list[Image], config: NetworkBenchConfig, progress: bool
+) -> list[dict[str, Any]]:
+    from app.bench.network_paths import path_summary, run_whep_profile, whep_profiles
+
+    rows: list[dict[str, Any]] = []
+    clean: dict[str, Any] | None = None
+    for name in whep_profiles(config):
+        profile = PROFILES[name]
+        viewer, run = await run_whep_profile(server, frames, profile, config)
+        summary = summarize(profile, viewer, run, config, clean)
+        if name == "clean":
+            clean = summary
+        rows.append(path_summary(summary, "whep"))
+        if progress:
+            print_progress(f"whep/{name:>9}", summary["latency_ms"], f"{summary['fps']} fps", run.failed)
+        await asyncio.sleep(0.5)
     return rows
 
 
@@ -472,6 +505,8 @@ def run_network_bench(config: NetworkBenchConfig, progress: bool = True) -> dict
     unknown = [p for p in config.profiles if p not in PROFILES]
     if unknown:
         raise ValueError(f"unknown profile {unknown[0]!r}")
+    if not set(config.paths) <= {"session", "whep"}:
+        raise ValueError(f"unknown path in {config.paths!r}: session or whep")
     if config.profiles[:1] != ("clean",):
         # Every profile is compared with the clean run: it comes first.
         config = replace(config, profiles=("clean", *(p for p in config.profiles if p != "clean")))
@@ -504,6 +539,8 @@ def run_network_bench(config: NetworkBenchConfig, progress: bool = True) -> dict
             "seed": config.seed,
             "engine": config.engine,
             "codec": config.codec,
+            "paths": list(config.paths),
+            "client_recovery": config.client_recovery,
         },
         "machine": machine_report(load_before[0]),
         "profiles": rows,

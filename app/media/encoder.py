@@ -44,6 +44,10 @@ FRAME_RATE = 30  # aiortc's frame clock for H.264 (its MAX_FRAME_RATE); the keyf
 X264 = "libx264"
 NVENC = "h264_nvenc"
 REOPEN_CHANGE = 0.25  # relative change of the target bitrate that reopens the codec
+# A session's encode holds this many seconds of its rate in the rate control's buffer: no frame, a keyframe
+# included, is much larger. A keyframe that does not fit a bottleneck's queue loses packets, and the receiver
+# asks for another (libwebrtc's VP8 holds a keyframe to 3 average frames; this is 6 at 30 fps).
+SESSION_BUFFER_S = 0.2
 
 
 @dataclass(frozen=True)
@@ -77,12 +81,13 @@ def open_codec(
     band: BitrateBand,
     settings: EncoderSettings,
     time_base: fractions.Fraction = fractions.Fraction(1, FRAME_RATE),
+    buffer_s: float | None = None,
 ) -> VideoCodecContext:
     """An opened H.264 encoder context; raises what FFmpeg raises when the encoder cannot be opened.
 
-    The average rate (`bitrate`) follows the receiver later; the peak rate is the band's maximum, with half
-    a second of buffer (a keyframe may exceed a frame's share, a second of them may not). `time_base` is the
-    frames' own (aiortc's counts frames; WHEP's is the RTP clock)."""
+    The average rate (`bitrate`) follows the receiver later; the peak rate is the band's maximum, with a
+    buffer of `buffer_s` of the average rate (a keyframe is at most about that), or half a second of the peak
+    without it. `time_base` is the frames' own (aiortc's counts frames; WHEP's is the RTP clock)."""
     codec = av.CodecContext.create(name, "w")
     assert isinstance(codec, VideoCodecContext)
     codec.width = width
@@ -94,7 +99,8 @@ def open_codec(
     codec.gop_size = max(1, round(settings.keyframe_interval_s * FRAME_RATE))
     codec.max_b_frames = 0  # every frame is sent as soon as it is encoded
     codec.thread_count = settings.threads
-    peak = {"maxrate": str(band.max_bps), "bufsize": str(band.max_bps // 2)}
+    buffer = round(bitrate * buffer_s) if buffer_s is not None else band.max_bps // 2
+    peak = {"maxrate": str(band.max_bps), "bufsize": str(buffer)}
     if name == NVENC:
         codec.options = {
             "preset": settings.nvenc_preset,
@@ -190,7 +196,8 @@ class LiveH264Encoder(H264Encoder):
             self._band = band = bitrate_band(frame.width, frame.height, self.settings)
             width, height, bitrate = frame.width, frame.height, self.target_bitrate
             self.codec = _open_best(
-                self.settings, lambda name: open_codec(name, width, height, bitrate, band, self.settings)
+                self.settings,
+                lambda name: open_codec(name, width, height, bitrate, band, self.settings, buffer_s=SESSION_BUFFER_S),
             )
         # aiortc's way: a forced keyframe on the receiver's request (PLI/FIR), otherwise the encoder decides.
         force_keyframe = self._keyframe_due(force_keyframe)

@@ -67,6 +67,7 @@ def test_settings_reach_libx264(clip: list[Image]) -> None:
     assert options["bframes"] == "0" and options["rc_lookahead"] == "0"  # tune zerolatency
     assert options["rc"] == "abr" and options["bitrate"] == "800"  # the 480p band's minimum before any REMB
     assert options["vbv_maxrate"] == "3000"  # the band's maximum caps the peaks
+    assert options["vbv_bufsize"] == "160"  # 0.2 s of the rate: no frame, a keyframe included, much larger
     assert options["threads"] == "1"
     assert options["subme"] == "0" and options["me"] == "dia"  # ultrafast
     faster = LiveH264Encoder(settings.model_copy(update={"x264_preset": "veryfast"}))
@@ -123,6 +124,23 @@ def test_requested_keyframes_leave_at_most_once_per_interval(clip: list[Image]) 
     time.sleep(0.55)
     frames = encode(encoder, clip[8:10], 8)
     assert 5 in nal_types(frames[0]) and 5 not in nal_types(frames[1]), "one owed keyframe when the interval ends"
+
+
+def test_a_requested_keyframe_fits_a_fifth_of_a_second_of_the_rate() -> None:
+    """At 720p and 1.2 Mbit/s (a stream settled under a 1.5 Mbit/s cap) a keyframe asked for mid-stream is
+    about 0.2 s of the rate, so it fits a 150 ms queue at the cap (with half a second of the band's maximum
+    as buffer it was 69 KB, 3 times that queue)."""
+    still = load_sample("astronaut")
+    clip = make_motion_clip(still, size=(1280, 720), frames=50, focus=(450.0, 236.0), noise_sigma=3.0, seed=1)
+    encoder = LiveH264Encoder(EncoderSettings(backend="x264", x264_preset="superfast", threads=1))
+    encoder.target_bitrate = 1_200_000
+    frames = encode(encoder, clip.frames[:45])
+    frame = av.VideoFrame.from_ndarray(clip.frames[45], format="bgr24")
+    frame.pts, frame.time_base = 45 * 3000, Fraction(1, 90000)
+    payloads, _ = encoder.encode(frame, force_keyframe=True)
+    keyframe = b"".join(h264_depayload(p) for p in payloads)
+    assert 5 in nal_types(keyframe)
+    assert len(keyframe) * 8 <= 1.5 * 0.2 * 1_200_000, (len(keyframe), [len(f) for f in frames[-5:]])
 
 
 def test_bitrate_band_choice() -> None:

@@ -31,9 +31,9 @@ import httpx
 import numpy as np
 
 from app.bench.impair import CLEAR, GilbertElliott, Impairment, UdpRelay
+from app.bench.network_paths import RelayedClient, RelayedViewer, path_summary, viewer_stats, whep_profiles
 from app.bench.rtc_client import RtcClient
 from app.bench.rtsp_ingest_cell import latency_summary
-from app.bench.sdp_route import route_candidates
 from app.bench.server_bench import (
     RESOLUTIONS,
     BenchServer,
@@ -45,7 +45,6 @@ from app.bench.server_bench import (
     print_progress,
     upload_identity,
 )
-from app.media.recovery import guard_receiver
 from app.pipeline.types import Image
 
 FREEZE_S = 0.25  # a gap between returned frames longer than this is a freeze
@@ -112,57 +111,6 @@ class NetworkBenchConfig:
     # standing for a browser, which asks for a keyframe soon after loss it cannot repair; aiortc's own otherwise.
     client_recovery: bool = False
     paths: tuple[str, ...] = ("session",)  # also "whep": a viewer of a session's output (app.bench.network_paths)
-
-
-class RelayedClient(RtcClient):
-    """An `RtcClient` whose connection runs through `relay`, counting the RTCP feedback each side sends."""
-
-    def __init__(
-        self, frames: Sequence[Image], relay: UdpRelay, *, fps: int, codec: str | None, recovery: bool = False
-    ) -> None:
-        super().__init__(frames, fps=fps, codec=codec)
-        self.relay = relay
-        self.recovery = recovery
-        # pli_sent / nack_sent: by this client's receiver; keyframe_requests_received: PLI or FIR from the server.
-        self.feedback: Counter[str] = Counter()
-
-    def offer_to_post(self, sdp: str) -> str:
-        routed, real = route_candidates(sdp, self.relay.server_facing)
-        self.relay.connect(client=real)
-        return routed
-
-    def answer_to_apply(self, sdp: str) -> str:
-        routed, real = route_candidates(sdp, self.relay.client_facing)
-        self.relay.connect(server=real)
-        self._count_feedback()
-        if self.recovery:  # around the counting: what is counted is what leaves
-            guard_receiver(self.pc.getTransceivers()[0].receiver)
-        return routed
-
-    def _count_feedback(self) -> None:
-        # aiortc keeps no count of the feedback it sends or gets; its receiver's senders of PLI and NACK, and its
-        # sender's keyframe request, are wrapped on this connection's instances only.
-        transceiver = self.pc.getTransceivers()[0]
-        receiver, sender = transceiver.receiver, transceiver.sender
-        for name, key in (("_send_rtcp_pli", "pli_sent"), ("_send_rtcp_nack", "nack_sent")):
-            original = getattr(receiver, name)
-
-            async def counted(*args: Any, _original: Any = original, _key: str = key) -> None:
-                self.feedback[_key] += 1
-                await _original(*args)
-
-            setattr(receiver, name, counted)
-        keyframe = sender._send_keyframe
-
-        def requested() -> None:
-            self.feedback["keyframe_requests_received"] += 1
-            keyframe()
-
-        setattr(sender, "_send_keyframe", requested)  # noqa: B010 (a method is not assignable when type-checked)
-
-    async def bytes_sent(self) -> int:
-        report = await self.pc.getTransceivers()[0].sender.getStats()
-        return sum(int(s.bytesSent) for s in report.values() if getattr(s, "type", "") == "outbound-rtp")
 
 
 @dataclass
@@ -471,14 +419,36 @@ async def _run_all(
     return rows
 
 
+async def run_whep_profile(
+    server: BenchServer, frames: list[Image], profile: Profile, config: NetworkBenchConfig
+) -> tuple[RelayedClient, Run]:
+    """One session streaming through a clear relay, and its WHEP viewer through `profile`'s relay."""
+    session, run = _client(frames, config), Run()
+    viewer = RelayedViewer(
+        session, UdpRelay(seed=config.seed), frames[:1], fps=config.fps, recovery=config.client_recovery
+    )
+    async with httpx.AsyncClient(base_url=server.base_url, timeout=30) as http:
+        try:
+            async with connected(session, http, server.offer_path()):
+                if not await session.wait_frames(1, 30):
+                    run.failed = "the session returned no frame within 30 s"
+                    return viewer, run
+                assert session.location is not None
+                async with connected(viewer, http, f"{session.location}/whep"):
+                    await _measure(viewer, http, profile, config, run)
+                    run.recovery = await viewer_stats(http, f"{session.location}/whep")
+        except (httpx.HTTPError, OSError, ValueError) as exc:
+            run.failed = f"{type(exc).__name__}: {exc}"
+    run.relay = viewer.relay.counters()
+    return viewer, run
+
+
 async def _run_whep(
     server: BenchServer, frames: list[Image], config: NetworkBenchConfig, progress: bool
 ) -> list[dict[str, Any]]:
-    from app.bench.network_paths import path_summary, run_whep_profile, whep_profiles
-
     rows: list[dict[str, Any]] = []
     clean: dict[str, Any] | None = None
-    for name in whep_profiles(config):
+    for name in whep_profiles(config.profiles):
         profile = PROFILES[name]
         viewer, run = await run_whep_profile(server, frames, profile, config)
         summary = summarize(profile, viewer, run, config, clean)

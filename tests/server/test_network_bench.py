@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from app.bench import network_bench
+from app.bench import network_bench, network_paths
 from app.bench.impair import DOWNSTREAM, UPSTREAM
 from app.bench.network_bench import NetworkBenchConfig, freezes, run_network_bench, settled_after
 from app.cli import main
@@ -93,6 +93,7 @@ def test_settling_under_a_cap_is_from_the_first_second_that_stays_under_it() -> 
 
 def test_the_command_knows_the_benchmarks_profiles_and_refuses_others(capsys: pytest.CaptureFixture[str]) -> None:
     assert tuple(network_bench.PROFILES) == bench_network.PROFILES
+    assert network_paths.PATHS == bench_network.PATHS
     with pytest.raises(SystemExit) as refused:
         main(["bench-network", "--profiles", "clean,nope"])
     assert refused.value.code == 2 and "unknown profile 'nope'" in capsys.readouterr().err

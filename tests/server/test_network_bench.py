@@ -46,7 +46,7 @@ def test_sessions_through_an_impaired_relay_are_measured_against_the_clean_one(m
     fresh = outage["outage"]["fresh_frame_after_s"]
     assert fresh is not None and fresh <= 4.0, outage["outage"]
     recovery = outage["server_recovery"]
-    assert recovery["holes_given_up"] >= 1 and recovery["pli_sent"] >= 1 and recovery["input_resumed"] == 1, recovery
+    assert recovery["holes_given_up"] >= 1 and recovery["pli_sent"] >= 1 and recovery["input_resumed"] >= 1, recovery
     assert outage["feedback"]["keyframe_requests_received"] >= 1, "the client's sender was asked for a keyframe"
     assert outage["freezes"]["longest_ms"] >= 2500, "the outage shows as a freeze"
 

@@ -192,9 +192,17 @@ class Push:
     def _failed(self, exc: Exception) -> None:
         message = self.destination.redact(str(exc) or type(exc).__name__)
         with self._lock:
+            repeated = message == self.counters.last_error
             self.counters.last_error = message
             self.counters.last_error_at = round(time.time(), 3)
-        log.warning("push %s to %s failed: %s", self.id, self.destination.shown, message)
+        # Logged when it changes: a destination that stays away retries for hours.
+        log.log(
+            logging.DEBUG if repeated else logging.WARNING,
+            "push %s to %s failed: %s",
+            self.id,
+            self.destination.shown,
+            message,
+        )
 
     def _stream(self, sink: Sink) -> None:
         """Send one frame per tick, and the sound up to it, until stopped or the sink fails."""

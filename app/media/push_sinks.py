@@ -85,6 +85,7 @@ class MuxSink:
             audio.codec_context.open()  # its frame size is known once open
             self.video, self.audio = video, audio
             self.audio_frame_samples = audio.codec_context.frame_size or 960
+            self.container.start_encoding()  # connects and writes the header now, not on the first frame
         except Exception:
             self.container.close()
             raise

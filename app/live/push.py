@@ -15,21 +15,22 @@ Errors are kept with the destination's secrets redacted.
 from __future__ import annotations
 
 import collections
-import fractions
 import logging
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 import av
+import cv2
 import numpy as np
 
-from app.live.frame import OutputFrame
+from app.live.frame import OutputFrame, to_i420
 from app.media.encoder import EncoderPolicy
 from app.media.push_destination import Destination
-from app.media.push_sinks import AUDIO_RATE, Sink, open_sink
+from app.media.push_sinks import AUDIO_RATE
+from app.media.push_worker import ProcessSink
 
 log = logging.getLogger(__name__)
 
@@ -38,9 +39,28 @@ STABLE_S = 10.0  # a connection that held this long resets the pause before the 
 AUDIO_MAX_S = 0.5  # sound queued beyond this (the destination is slow) is dropped, oldest first
 AUDIO_KEEP_S = 0.1  # what is left when it is
 BITRATE_WINDOW_S = 2.0
-AUDIO_TIME_BASE = fractions.Fraction(1, AUDIO_RATE)
 
-SinkOpener = Callable[[Destination, int, int, int, EncoderPolicy], Sink]
+Planes = np.ndarray[Any, np.dtype[np.uint8]]
+Samples = np.ndarray[Any, np.dtype[np.float32]]
+
+
+class Connection(Protocol):
+    """One connection to the destination (`ProcessSink`: an encoder and muxer in a child process)."""
+
+    audio_frame_samples: int
+
+    def connected(self) -> bool: ...
+
+    def sent(self) -> int: ...
+
+    def send_video(self, i420: Planes, pts: int, keyframe: bool) -> None: ...
+
+    def send_audio(self, planar: Samples, pts: int) -> None: ...
+
+    def close(self) -> None: ...
+
+
+Opener = Callable[[Destination, int, int, int, EncoderPolicy], Connection]
 
 
 @dataclass
@@ -70,7 +90,7 @@ class Push:
         *,
         backoff_s: float = 1.0,
         backoff_max_s: float = 30.0,
-        opener: SinkOpener = open_sink,
+        opener: Opener = ProcessSink,
     ) -> None:
         self.id = push_id
         self.destination = destination
@@ -204,7 +224,7 @@ class Push:
             message,
         )
 
-    def _stream(self, sink: Sink) -> None:
+    def _stream(self, sink: Connection) -> None:
         """Send one frame per tick, and the sound up to it, until stopped or the sink fails."""
         interval = 1.0 / self.fps
         start = time.monotonic()
@@ -214,7 +234,7 @@ class Push:
             self._keyframe = True  # every connection starts on one
             self._audio.clear()
             self._audio_queued = 0.0
-        last: av.VideoFrame | None = None
+        last: Planes | None = None
         state: State | None = None
         while not self._stopped.is_set():
             now_state: State = "live" if sink.connected() else "waiting"
@@ -229,19 +249,16 @@ class Push:
                 self._audio.clear()
                 self._audio_queued = 0.0
             if fresh and frame is not None:
-                last = self._video_frame(frame)
+                last = self._planes(frame)
             elif last is not None:
                 with self._lock:
                     self.counters.frames_repeated += 1
-            size = 0
             if last is not None:
-                last.pts = ticks
-                last.time_base = fractions.Fraction(1, self.fps)
-                last.pict_type = av.video.frame.PictureType.I if keyframe else av.video.frame.PictureType.NONE
-                size += sink.send_video(last)
+                sink.send_video(last, ticks, keyframe)
                 ticks += 1
-                for chunk in audio.take(pending, ticks / self.fps):
-                    size += sink.send_audio(chunk)
+                for chunk, pts in audio.take(pending, ticks / self.fps):
+                    sink.send_audio(chunk, pts)
+            size = sink.sent()
             with self._lock:
                 self.counters.frames_sent += 1 if last is not None else 0
                 self.counters.bytes_sent += size
@@ -255,12 +272,12 @@ class Push:
             elif delay > 0:
                 self._stopped.wait(delay if last is not None else interval)
 
-    def _video_frame(self, frame: OutputFrame) -> av.VideoFrame:
-        """A yuv420p frame of the push's size from the channel's (its I420 planes, converted once)."""
+    def _planes(self, frame: OutputFrame) -> Planes:
+        """The I420 planes at the push's size (the channel's frames have it: their planes, converted once)."""
         if frame.size != (self.width, self.height) or not frame.even:
-            out = av.VideoFrame.from_ndarray(np.ascontiguousarray(frame.image), format="bgr24")
-            return out.reformat(width=self.width, height=self.height, format="yuv420p")
-        return av.VideoFrame.from_numpy_buffer(frame.i420(), format="yuv420p")
+            resized = cv2.resize(frame.image, (self.width, self.height), interpolation=cv2.INTER_AREA)
+            return to_i420(np.asarray(resized, np.uint8))
+        return frame.i420()
 
 
 class _AudioClock:
@@ -274,7 +291,8 @@ class _AudioClock:
         self._resampler: av.AudioResampler | None = None
         self._input: tuple[str, str, int] | None = None
 
-    def take(self, frames: list[av.AudioFrame], until_s: float) -> list[av.AudioFrame]:
+    def take(self, frames: list[av.AudioFrame], until_s: float) -> list[tuple[Samples, int]]:
+        """Encoder-sized chunks of planar samples, with their timestamps (in samples), up to `until_s`."""
         for frame in frames:
             self._buffer = np.concatenate([self._buffer, self._planar(frame)], axis=1)
         # Keep no more than a little beyond the video's time: the rest is late and would only add delay.
@@ -288,15 +306,11 @@ class _AudioClock:
             self._buffer = self._buffer[:, chunk.shape[1] :]
             if chunk.shape[1] < self.frame_samples:
                 chunk = np.concatenate([chunk, np.zeros((2, self.frame_samples - chunk.shape[1]), np.float32)], axis=1)
-            frame = av.AudioFrame.from_ndarray(np.ascontiguousarray(chunk), format="fltp", layout="stereo")
-            frame.sample_rate = AUDIO_RATE
-            frame.pts = self.sent
-            frame.time_base = AUDIO_TIME_BASE
-            out.append(frame)
+            out.append((np.ascontiguousarray(chunk), self.sent))
             self.sent += self.frame_samples
         return out
 
-    def _planar(self, frame: av.AudioFrame) -> np.ndarray[Any, np.dtype[np.float32]]:
+    def _planar(self, frame: av.AudioFrame) -> Samples:
         kind = (frame.format.name, frame.layout.name, frame.sample_rate)
         if self._resampler is None or kind != self._input:
             self._resampler = av.AudioResampler(format="fltp", layout="stereo", rate=AUDIO_RATE)

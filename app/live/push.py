@@ -39,6 +39,7 @@ STABLE_S = 10.0  # a connection that held this long resets the pause before the 
 AUDIO_MAX_S = 0.5  # sound queued beyond this (the destination is slow) is dropped, oldest first
 AUDIO_KEEP_S = 0.1  # what is left when it is
 BITRATE_WINDOW_S = 2.0
+ERROR_MAX = 300  # characters of an error kept (FFmpeg's may go on with a whole SDP offer)
 
 Planes = np.ndarray[Any, np.dtype[np.uint8]]
 Samples = np.ndarray[Any, np.dtype[np.float32]]
@@ -210,7 +211,8 @@ class Push:
         self._set_state("stopped")
 
     def _failed(self, exc: Exception) -> None:
-        message = self.destination.redact(str(exc) or type(exc).__name__)
+        text = str(exc).strip() or type(exc).__name__
+        message = self.destination.redact(text.splitlines()[0])[:ERROR_MAX]
         with self._lock:
             repeated = message == self.counters.last_error
             self.counters.last_error = message

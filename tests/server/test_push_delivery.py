@@ -1,8 +1,7 @@
 """Pushes that reach real servers on this machine, read back by a real client (PyAV, FFmpeg inside, as OBS and
-the platforms' ingest are built on): nginx's RTMP module (FLV, H.264 + AAC), `srt-live-transmit` as an SRT
-listener and as a caller of a push that listens (MPEG-TS, encrypted), and swapcast's own session endpoint as the
-WHIP receiver (FFmpeg's WHIP muxer, not a browser and not aiortc, as the camera of a second channel). A
-publisher's frames carry a coloured band that the swap keeps, so the readers tell its frames from the slate."""
+the platforms' ingest are built on): nginx's RTMP module (FLV, H.264 + AAC), and `srt-live-transmit` as an SRT
+listener and as a caller of a push that listens (MPEG-TS, encrypted). A publisher's frames carry a coloured
+band that the swap keeps, so the readers tell its frames from the slate."""
 
 import asyncio
 import threading
@@ -16,16 +15,14 @@ import httpx
 import numpy as np
 import pytest
 
-from app.auth.keys import KeyStore
-from app.auth.settings import AccessSettings
 from app.bench.rtc_client import RtcClient
 from app.live.channel_feed import default_slate
 from app.media.clips import MotionClip
 from app.media.push_sinks import srt_unavailable_reason
 from app.pipeline.pipeline import FramePipeline
 from app.settings import PipelineSettings
-from tests.helpers import wait_for, wait_for_async
-from tests.server.channel_clients import WhepConsumer, banded
+from tests.helpers import wait_for
+from tests.server.channel_clients import banded
 from tests.server.credentials import bearer
 from tests.server.harness import RunningServer, server_settings, start_server, upload
 from tests.server.push_servers import (
@@ -36,7 +33,6 @@ from tests.server.push_servers import (
     nginx_unavailable,
     srt_tools_unavailable,
 )
-from tests.server.test_channels import USER
 
 pytestmark = pytest.mark.slow
 SIZE = {"width": 320, "height": 240, "fps": 15}
@@ -186,41 +182,3 @@ def test_srt_pushes_as_caller_and_as_listener_deliver_the_channel_encrypted(
             assert len(reader.seen.frames) >= 2 * SIZE["fps"], len(reader.seen.frames)
             assert reader.audio == {"codec": "aac", "rate": 48000} and reader.audio_samples > 48000
             assert slate_likeness(tmp_path / name) < 12  # nobody publishes: the slate went out
-
-
-def test_a_whip_push_is_the_camera_of_another_channel(
-    tmp_path: Path, pipeline_factory: Callable[[PipelineSettings], FramePipeline], tom_png: bytes, clip: MotionClip
-) -> None:
-    """Channel `studio`'s push goes, over FFmpeg's WHIP muxer with a Bearer key, into `/v1/sessions` with
-    `channel=onair`: the session swaps it and publishes into `onair`, whose WHEP viewer sees the band."""
-    keys = KeyStore(tmp_path / "keys.json")
-    alice = keys.create("alice", USER)[1]
-    access = AccessSettings(keys_file=tmp_path / "keys.json", auth_failure_delay_s=0.0)
-    settings = server_settings(tmp_path / "identities", access=access, push_retry_s=0.5, push_retry_max_s=2.0)
-    with start_server(settings, pipeline_factory) as server:
-        headers = {**bearer(alice)}
-        identity = upload(server.base_url, tom_png, "tom.png", headers=headers).json()["id"]
-        make_channel(server, "studio", alice)
-        onair = make_channel(server, "onair", alice)
-        publisher = Publisher(server, banded(small(clip), "green"), identity, "studio", alice)
-        whip_url = f"{server.base_url}/v1/sessions?identity={identity}&channel=onair"
-        push = add_push(server, "studio", {"url": whip_url, "key": alice}, alice)
-        assert push["kind"] == "whip" and alice not in str(push)
-        assert wait_for(lambda: push_stats(server, "studio", push["id"], alice)["state"] == "live", 60), push_stats(
-            server, "studio", push["id"], alice
-        )
-
-        async def watch() -> list[tuple[float, str]]:
-            viewer = WhepConsumer()
-            async with httpx.AsyncClient(base_url=server.base_url, timeout=30, headers=bearer(alice)) as http:
-                connected = await viewer.connect(http, onair["whep_url"], onair["viewer_token"])
-                assert connected.status_code == 201, connected.text
-                await wait_for_async(lambda: viewer.seen.first("green") is not None, 60)
-                await viewer.close()
-            return viewer.seen.frames
-
-        seen = asyncio.run(watch())
-        assert any(shows == "green" for _, shows in seen), seen[-5:]
-        listed = httpx.get(f"{server.base_url}/v1/sessions", headers=bearer(alice), timeout=30).json()["sessions"]
-        assert any(s.get("channel") == "onair" for s in listed), listed
-        publisher.close()

@@ -22,7 +22,7 @@ from app.live.adapter import AudioListener, LiveOutput
 from app.live.channel_feed import ChannelFeed
 from app.live.core import OutputListener
 from app.live.frame import OutputFrame
-from app.live.push import Push
+from app.media.push import Push
 from app.observability import ChannelFigures, Metrics
 from app.pipeline.types import Image
 from app.server.not_found import NotFound

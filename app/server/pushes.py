@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from app.channels.pushes import PushRecord, PushStore
-from app.live.push import Push
 from app.media.encoder import EncoderPolicy
+from app.media.push import Push
 from app.media.push_destination import Destination
 from app.media.push_sinks import srt_unavailable_reason
 from app.server.not_found import NotFound

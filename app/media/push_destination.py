@@ -21,6 +21,7 @@ KINDS: dict[str, Kind] = {"rtmp": "rtmp", "rtmps": "rtmp", "srt": "srt", "http":
 SRT_LATENCY_MS = 120  # libsrt's default receive latency
 SRT_PASSPHRASE = (10, 79)  # libsrt's bounds on a passphrase's length
 URL_MAX = 2048
+SECRET_PARAMS = {"token", "access_token", "key", "auth", "authorization", "secret", "password", "sig", "signature"}
 
 
 class DestinationInvalid(ValueError):
@@ -78,7 +79,17 @@ class Destination:
             return f"{self.url.rstrip('/')}/{HIDDEN}" if self.key else self.url
         if self.kind == "srt":
             return _with_query(self.url, self.public_query(hide=True))
-        return self.url
+        return self.redact_values(self.url)
+
+    def redact_values(self, text: str) -> str:
+        """`text` with every secret replaced by `***` (the full address left alone)."""
+        for secret in sorted(set(self.secrets), key=len, reverse=True):
+            if secret:
+                text = text.replace(secret, HIDDEN)
+                quoted = urllib.parse.quote(secret, safe="")
+                if quoted != secret:
+                    text = text.replace(quoted, HIDDEN)
+        return text
 
     def public_query(self, hide: bool) -> dict[str, str]:
         """The SRT options as URL query parameters (`hide`: secrets as `***`)."""
@@ -100,13 +111,7 @@ class Destination:
 
     def redact(self, text: str) -> str:
         """`text` with every secret of this destination (and the full address) replaced."""
-        for secret in sorted({self.target, *self.secrets}, key=len, reverse=True):
-            if secret:
-                text = text.replace(secret, HIDDEN if secret != self.target else self.shown)
-                quoted = urllib.parse.quote(secret, safe="")
-                if quoted != secret:
-                    text = text.replace(quoted, HIDDEN)
-        return text
+        return self.redact_values(text.replace(self.target, self.shown))
 
     def describe(self) -> dict[str, Any]:
         """What the API shows of it."""
@@ -174,7 +179,8 @@ def _whip(parts: urllib.parse.SplitResult, key: str | None) -> Destination:
         raise DestinationInvalid("a WHIP endpoint's URL has no fragment")
     key = _check_secret("key", key)
     query = urllib.parse.parse_qsl(parts.query, keep_blank_values=True)
-    secrets = tuple(v for _, v in query if len(v) >= 8)  # a token in the query is hidden too
+    # A token in the query is hidden too: values of the parameters that name one, and any long value.
+    secrets = tuple(v for k, v in query if v and (len(v) >= 16 or k.lower() in SECRET_PARAMS))
     url = urllib.parse.urlunsplit(parts._replace(scheme=parts.scheme.lower()))
     return Destination("whip", url, key=key, secrets=(*secrets, *((key,) if key else ())))
 

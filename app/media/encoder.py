@@ -90,6 +90,22 @@ def open_codec(
     without it. `time_base` is the frames' own (aiortc's counts frames; WHEP's is the RTP clock)."""
     codec = av.CodecContext.create(name, "w")
     assert isinstance(codec, VideoCodecContext)
+    configure_codec(codec, width, height, bitrate, band, settings, time_base)
+    codec.open()
+    return codec
+
+
+def configure_codec(
+    codec: VideoCodecContext,
+    width: int,
+    height: int,
+    bitrate: int,
+    band: BitrateBand,
+    settings: EncoderSettings,
+    time_base: fractions.Fraction,
+) -> None:
+    """`open_codec`'s settings on a context not yet opened (a muxer's stream's, which the muxer opens)."""
+    name = codec.name
     codec.width = width
     codec.height = height
     codec.pix_fmt = "yuv420p"
@@ -118,8 +134,6 @@ def open_codec(
             options["tune"] = settings.x264_tune
         codec.options = options
         codec.profile = "Baseline"  # what aiortc offers (42e01f); a browser may decode nothing else
-    codec.open()
-    return codec
 
 
 _nvenc_lock = threading.Lock()
@@ -269,6 +283,25 @@ class EncoderPolicy:
         band = bitrate_band(width, height, self.settings)
         bitrate = shared_bitrate_bps(width, height, FRAME_RATE, shared)
         return _open_best(shared, lambda name: open_codec(name, width, height, bitrate, band, shared, time_base))
+
+    def push_encoder(self, width: int, height: int) -> str:
+        """The encoder a push's muxer stream uses: NVENC where one opens at this size (under the settings'
+        backend), else libx264. Tried on a context of its own, as a muxer's stream cannot be taken back."""
+        band = bitrate_band(width, height, self.settings)
+        settings = self.settings
+        codec = _open_best(settings, lambda name: open_codec(name, width, height, band.min_bps, band, settings))
+        return codec.name
+
+    def configure_push(self, codec: VideoCodecContext, fps: int) -> None:
+        """A push's stream (its encoder picked by `push_encoder`, its size set): the shared preset and fixed rate
+        inside the band, one frame per tick of `fps`."""
+        shared = self.settings.model_copy(update={"x264_preset": self.settings.shared_x264_preset})
+        width, height = codec.width, codec.height
+        band = bitrate_band(width, height, self.settings)
+        bitrate = shared_bitrate_bps(width, height, fps, shared)
+        configure_codec(codec, width, height, bitrate, band, shared, fractions.Fraction(1, fps))
+        codec.framerate = fractions.Fraction(fps, 1)
+        codec.gop_size = max(1, round(self.settings.keyframe_interval_s * fps))
 
     def x264enc_properties(self, width: int, height: int, fps: int, bitrate_kbps: int | None = None) -> str:
         """The same choices as GStreamer x264enc properties (RTSP output): preset, tune, rate, keyframe interval."""

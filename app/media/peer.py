@@ -146,7 +146,9 @@ def check_offer(text: str, max_candidates: int = MAX_REMOTE_CANDIDATES, role: Ro
     candidates = sum(len(m.ice_candidates) for m in description.media)
     if candidates > max_candidates:
         raise OfferError(f"the offer lists {candidates} ICE candidates; at most {max_candidates} are accepted")
-    if candidates == 0 and role is Role.SENDER:
+    # A send-only publisher may list none: WHIP ingest clients (FFmpeg's WHIP muxer, measured) offer no
+    # candidates and connect to the answer's, the server learning their address from their checks.
+    if candidates == 0 and role is Role.SENDER and videos[0].direction != "sendonly":
         # What a stock Chromium sends from a machine whose only network interface is loopback (measured): it
         # never offers 127.0.0.1 unless started with --allow-loopback-in-peer-connection, and cannot connect.
         # A viewer may list none: a page without camera permission hides its addresses behind mDNS names,

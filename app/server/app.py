@@ -13,6 +13,7 @@ from fastapi.staticfiles import StaticFiles
 from app.auth.access import Access
 from app.auth.browser import BrowserGuard
 from app.auth.guard import PUBLIC
+from app.channels.pushes import PushStore
 from app.channels.store import ChannelStore
 from app.content.settings import resolve_policy
 from app.server.address_limit import AddressLimiter, AddressLimitMiddleware, AddressLimits
@@ -22,6 +23,7 @@ from app.server.errors import install_error_handlers
 from app.server.limits import BodyLimitMiddleware
 from app.server.openapi import describe_real_bodies
 from app.server.public_url import AbsoluteLocation
+from app.server.pushes import PushManager, PushOptions
 from app.server.revocation import RevocationWatcher
 from app.server.routes import (
     audio,
@@ -30,6 +32,7 @@ from app.server.routes import (
     identities,
     operations,
     outputs,
+    pushes,
     sessions,
     streams,
     viewer_tokens,
@@ -65,6 +68,16 @@ def create_app(
         state.metrics,
         ChannelOptions(settings.channel_hold_s, settings.channel_slate, settings.max_channels_per_principal),
         whep_viewers=state.viewers.count,
+        pushes=PushManager(
+            PushStore(settings.channel_store_dir()),
+            state.encoder,
+            PushOptions(
+                settings.pushes_enabled,
+                settings.max_pushes_per_channel,
+                settings.push_retry_s,
+                settings.push_retry_max_s,
+            ),
+        ),
     )
     state.metrics.channels.figures = lambda: state.channels.figures() if state.channels is not None else []
     drain = Drain(settings.drain_timeout_s, lambda: len(state.sessions or ()) + len(state.streams or ()))
@@ -132,6 +145,7 @@ def create_app(
     app.include_router(viewer_tokens.router)
     app.include_router(audio.router)
     app.include_router(channels.router)
+    app.include_router(pushes.router)
 
     @app.get("/", include_in_schema=False, dependencies=PUBLIC)
     async def index() -> FileResponse:

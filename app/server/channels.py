@@ -22,9 +22,11 @@ from app.live.adapter import AudioListener, LiveOutput
 from app.live.channel_feed import ChannelFeed
 from app.live.core import OutputListener
 from app.live.frame import OutputFrame
+from app.media.push import Push
 from app.observability import ChannelFigures, Metrics
 from app.pipeline.types import Image
 from app.server.not_found import NotFound
+from app.server.pushes import PushManager
 from app.server.rtsp import FramePublisher, RtspOutput
 
 log = logging.getLogger(__name__)
@@ -80,6 +82,7 @@ class Channel:
         self.rtsp: FramePublisher | None = None
         self.rtsp_url: str | None = None
         self.publisher: _Publisher | None = None
+        self.pushes: dict[str, Push] = {}  # running in this process, by id
         # The feed's own lists: what WHEP viewers and the RTSP path register with.
         self.output_listeners: list[OutputListener] = feed.output_listeners
         self.audio_listeners: list[AudioListener] = feed.audio_listeners
@@ -114,9 +117,12 @@ class ChannelManager:
         metrics: Metrics,
         options: ChannelOptions,
         whep_viewers: Callable[[str], int] = lambda key: 0,
+        pushes: PushManager | None = None,
     ) -> None:
-        """`whep_viewers(key)`: how many WHEP viewers the output `key` has now."""
+        """`whep_viewers(key)`: how many WHEP viewers the output `key` has now. `pushes`: the channels' pushes
+        (none without)."""
         self.store = store
+        self.pushes = pushes
         self._whep_viewers = whep_viewers
         self._rtsp = rtsp
         self._access = access
@@ -178,6 +184,11 @@ class ChannelManager:
                 feed.output_listeners.append(publisher.push)
                 feed.audio_listeners.append(publisher.push_audio)
                 feed.keyframe_listeners.append(publisher.request_keyframe)
+        if self.pushes is not None:
+            try:
+                self.pushes.start_channel(channel)
+            except Exception:  # a damaged push store leaves the channel's other outputs working
+                log.exception("channel %s: cannot start its pushes", record.name)
         return channel
 
     def _renew(self, channel: Channel, record: ChannelRecord) -> None:
@@ -242,6 +253,8 @@ class ChannelManager:
         await asyncio.to_thread(self.store.delete, name)
         self._channels.pop(name, None)
         self._end(channel, CHANNEL_DELETED)
+        if self.pushes is not None:
+            await asyncio.to_thread(self.pushes.forget_channel, name)
         await asyncio.to_thread(_release, channel)
 
     def rtsp_paths(self) -> list[str]:
@@ -320,7 +333,14 @@ class ChannelManager:
 
 
 def _release(channel: Channel) -> None:
-    """Blocking: the channel's RTSP path goes (its clients disconnected) and its feed's thread stops."""
+    """Blocking: the channel's RTSP path goes (its clients disconnected), its pushes stop and its feed's thread
+    stops."""
+    pushes = list(channel.pushes.values())
+    for push in pushes:
+        push.stop()
+    for push in pushes:
+        push.close()
+    channel.pushes.clear()
     if channel.rtsp is not None:
         channel.rtsp.close()
         channel.rtsp = None

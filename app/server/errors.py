@@ -19,9 +19,11 @@ from app.identity.images import ImageRejected
 from app.identity.quota import QuotaExceeded
 from app.identity.store import IdentityNotFound, IdentityUnreadable, StoreFull
 from app.media.peer import MediaUnavailable, OfferError
+from app.media.push_destination import DestinationInvalid
 from app.server.admission import AdmissionError
 from app.server.channels import ChannelNotFound, ChannelsUnavailable, TooManyChannels
 from app.server.ingest_policy import SourceRefused
+from app.server.pushes import PushNotFound, PushUnavailable, TooManyPushes
 from app.server.ratelimit import RateLimited
 from app.server.sessions import SessionNotFound
 from app.server.settings import ServerSettings
@@ -50,6 +52,10 @@ STATUS_OF: dict[type[Exception], int] = {
     TooManyChannels: 409,
     ChannelNameInvalid: 422,
     ChannelsUnavailable: 503,
+    PushNotFound: 404,
+    TooManyPushes: 409,
+    DestinationInvalid: 422,
+    PushUnavailable: 503,
 }
 
 

@@ -87,6 +87,20 @@ class ServerSettings(BaseSettings):
     channel_height: int = Field(720, ge=16, le=2160, multiple_of=2, description="A new channel's picture height.")
     channel_fps: int = Field(30, ge=1, le=60, description="A new channel's frame rate.")
     max_channels_per_principal: int = Field(8, ge=1, description="Channels one principal may own (409 beyond).")
+    pushes_enabled: bool = Field(
+        True,
+        description=(
+            "Run the channels' pushes (to RTMP/RTMPS, SRT and WHIP destinations) in this process. Replicas that "
+            "share a channel directory would each push: leave it on in one of them only."
+        ),
+    )
+    max_pushes_per_channel: int = Field(4, ge=1, le=32, description="Pushes one channel may have (409 beyond).")
+    push_retry_s: float = Field(
+        1.0, gt=0.0, le=60.0, description="Seconds a failed push waits before it connects again; doubles each time."
+    )
+    push_retry_max_s: float = Field(
+        30.0, gt=0.0, le=600.0, description="The longest a failed push waits before it connects again."
+    )
     identity_cache_items: int = Field(64, ge=1, description="Prepared identities kept in memory.")
     max_upload_bytes: int = Field(
         10 * 1024 * 1024, ge=1024, description="Size of one identity upload, all its photos together (413 beyond)."

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import socket
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -171,6 +172,18 @@ class World:
 
         return self._owned("channel", fresh, make)
 
+    def push(self, fresh: bool = False) -> str:
+        """A push of the owner's cached channel to a port nothing listens on (it retries): its path."""
+
+        def make() -> str:
+            channel = self.channel()
+            body = {"url": f"rtmp://127.0.0.1:{closed_port()}/live/matrix-key"}
+            response = self.call("POST", f"/v1/channels/{channel}/pushes", self.creds.owner, json=body)
+            assert response.status_code == 201, response.text
+            return f"/v1/channels/{channel}/pushes/{response.json()['id']}"
+
+        return self._owned("push", fresh, make)
+
     def channel_token(self) -> str:
         self.channel()
         return self.cached["channel-token"]
@@ -273,6 +286,25 @@ def channels_post(w: World, caller: str) -> Request:
 
 def rotate_post(w: World, caller: str) -> Request:
     return "POST", f"/v1/channels/{w.channel(fresh=caller in SUCCEEDS)}/rotate", {"headers": {"X-Swapcast": "1"}}
+
+
+def closed_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def push_post(w: World, caller: str) -> Request:
+    # A fresh channel for each caller that succeeds: the cached one would reach its most pushes.
+    channel = w.channel(fresh=caller in SUCCEEDS)
+    return "POST", f"/v1/channels/{channel}/pushes", {"json": {"url": f"rtmp://127.0.0.1:{closed_port()}/live/k"}}
+
+
+def push_item(method: str) -> Build:
+    def build(w: World, caller: str) -> Request:
+        return method, w.push(fresh=method == "DELETE" and caller in SUCCEEDS), {}
+
+    return build
 
 
 def streams_post(w: World, caller: str) -> Request:
@@ -384,6 +416,10 @@ CASES: dict[tuple[str, str], Case] = {
     ("GET", "/v1/channels/{name}/whep"): Case(item("GET", "/v1/channels/{}/whep", World.channel), 200, 404),
     ("DELETE", "/v1/channels/{name}/whep/{viewer_id}"): Case(whep_delete("channels"), 200, 404, viewer=404),
     ("GET", "/view/channel/{name}"): Case(item("GET", "/view/channel/{}", World.channel), 200, 200),
+    ("POST", "/v1/channels/{name}/pushes"): Case(push_post, 201, 404),
+    ("GET", "/v1/channels/{name}/pushes"): Case(item("GET", "/v1/channels/{}/pushes", World.channel), 200, 404),
+    ("GET", "/v1/channels/{name}/pushes/{push_id}"): Case(push_item("GET"), 200, 404),
+    ("DELETE", "/v1/channels/{name}/pushes/{push_id}"): Case(push_item("DELETE"), 204, 404),
 }
 
 

@@ -1,0 +1,248 @@
+"""Where a push's encoded picture and sound go: one muxer per destination kind, all fed by PyAV's encoders.
+
+- RTMP/RTMPS: FLV over FFmpeg's `rtmp`/`rtmps` protocol, H.264 + AAC.
+- WHIP: FFmpeg's `whip` muxer (an HTTP offer with the Bearer token, then ICE, DTLS-SRTP), H.264 + Opus.
+- SRT: MPEG-TS muxed by PyAV into GStreamer's `srtsink` (caller or listener, latency, passphrase), as the
+  FFmpeg that PyAV bundles has no SRT protocol: `appsrc ! srtsink`.
+
+The H.264 encoder and its settings come from the server's `EncoderPolicy` (NVENC where it opens, else libx264
+with the shared preset and fixed rate). Each call may block on the network for up to `IO_TIMEOUT_S`; a sink
+that fails raises, and its push opens a new one after a pause.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any, Protocol
+
+import av
+from av.audio.stream import AudioStream
+from av.container.output import OutputContainer
+from av.video.stream import VideoStream
+
+from app.media.encoder import EncoderPolicy
+from app.media.push_destination import Destination
+
+AUDIO_RATE = 48000
+AUDIO_BITRATE = 128000
+OPEN_TIMEOUT_S = 10.0
+IO_TIMEOUT_S = 10.0
+# A caller that has not reached its listener in this long fails (srtsink would go on trying silently).
+SRT_CONNECT_TIMEOUT_S = 5.0
+# MPEG-TS is handed to srtsink in chunks of 7 TS packets, one SRT payload (the usual live setting).
+TS_CHUNK = 188 * 7
+
+
+class PushSinkError(Exception):
+    """The destination refused or dropped the push; the message is safe to show (no secrets)."""
+
+
+class Sink(Protocol):
+    audio_frame_samples: int
+
+    def connected(self) -> bool: ...
+
+    def send_video(self, frame: av.VideoFrame) -> int: ...
+
+    def send_audio(self, frame: av.AudioFrame) -> int: ...
+
+    def close(self) -> None: ...
+
+
+class MuxSink:
+    """One PyAV output container with an H.264 and an audio stream; `send_*` return the bytes muxed."""
+
+    def __init__(
+        self,
+        target: Any,
+        fmt: str,
+        width: int,
+        height: int,
+        fps: int,
+        policy: EncoderPolicy,
+        audio_codec: str,
+        options: dict[str, str] | None = None,
+        buffer_size: int = 32768,
+    ) -> None:
+        encoder = policy.push_encoder(width, height)
+        self.container: OutputContainer = av.open(
+            target,
+            "w",
+            format=fmt,
+            options=options or {},
+            timeout=(OPEN_TIMEOUT_S, IO_TIMEOUT_S),
+            buffer_size=buffer_size,
+        )
+        try:
+            video = self.container.add_stream(encoder, rate=fps)
+            audio = self.container.add_stream(audio_codec, rate=AUDIO_RATE)
+            assert isinstance(video, VideoStream) and isinstance(audio, AudioStream)
+            video.codec_context.width, video.codec_context.height = width, height
+            policy.configure_push(video.codec_context, fps)
+            audio.codec_context.layout = "stereo"
+            audio.codec_context.bit_rate = AUDIO_BITRATE
+            audio.codec_context.open()  # its frame size is known once open
+            self.video, self.audio = video, audio
+            self.audio_frame_samples = audio.codec_context.frame_size or 960
+            self.container.start_encoding()  # connects and writes the header now, not on the first frame
+        except Exception:
+            self.container.close()
+            raise
+
+    def connected(self) -> bool:
+        return True  # FFmpeg's protocols are connected once the container opens
+
+    def send_video(self, frame: av.VideoFrame) -> int:
+        return self._mux(self.video.encode(frame))
+
+    def send_audio(self, frame: av.AudioFrame) -> int:
+        return self._mux(self.audio.encode(frame))
+
+    def _mux(self, packets: list[av.Packet]) -> int:
+        size = sum(p.size for p in packets)
+        if packets:
+            self.container.mux(packets)
+        return size
+
+    def close(self) -> None:
+        try:
+            self._mux(self.video.encode(None))
+            self._mux(self.audio.encode(None))
+        except Exception:  # the destination went away: nothing more to flush
+            pass
+        finally:
+            self.container.close()
+
+
+def open_sink(destination: Destination, width: int, height: int, fps: int, policy: EncoderPolicy) -> Sink:
+    """A connected sink for `destination`; raises when it cannot be reached."""
+    if destination.kind == "rtmp":
+        return MuxSink(destination.target, "flv", width, height, fps, policy, "aac")
+    if destination.kind == "whip":
+        options = {"authorization": destination.key} if destination.key else {}
+        return MuxSink(destination.target, "whip", width, height, fps, policy, "libopus", options)
+    return SrtSink(destination, width, height, fps, policy)
+
+
+class _Gst:
+    """GStreamer through PyGObject, loaded on first use."""
+
+    _lock = threading.Lock()
+    _module: Any = None
+
+    @classmethod
+    def get(cls) -> Any:
+        with cls._lock:
+            if cls._module is None:
+                try:
+                    import gi
+
+                    gi.require_version("Gst", "1.0")
+                    from gi.repository import Gst
+                except (ImportError, ValueError) as exc:
+                    raise PushSinkError(f"SRT pushes need GStreamer through PyGObject: {exc}") from None
+                Gst.init(None)
+                if Gst.ElementFactory.find("srtsink") is None:
+                    raise PushSinkError("SRT pushes need GStreamer's srtsink: apt-get install gstreamer1.0-plugins-bad")
+                cls._module = Gst
+            return cls._module
+
+
+def srt_unavailable_reason() -> str | None:
+    """Why SRT pushes cannot run here (None when they can)."""
+    try:
+        _Gst.get()
+    except PushSinkError as exc:
+        return str(exc)
+    return None
+
+
+class _SrtWriter:
+    """The file PyAV's MPEG-TS muxer writes to: each chunk goes into the pipeline's appsrc."""
+
+    def __init__(self, gst: Any, pipeline: Any, appsrc: Any, destination: Destination) -> None:
+        self._gst, self._pipeline, self._appsrc = gst, pipeline, appsrc
+        self._destination = destination
+        self._bus = pipeline.get_bus()
+        self.written = 0
+
+    def write(self, data: bytes) -> int:
+        self.check()
+        result = self._appsrc.emit("push-buffer", self._gst.Buffer.new_wrapped(bytes(data)))
+        if result != self._gst.FlowReturn.OK:
+            self.check()
+            raise PushSinkError(f"the SRT sink stopped taking data ({result.value_nick})")
+        self.written += len(data)
+        return len(data)
+
+    def check(self) -> None:
+        """Raises the pipeline's error, if it posted one."""
+        message = self._bus.pop_filtered(self._gst.MessageType.ERROR)
+        if message is not None:
+            error, detail = message.parse_error()
+            text = self._destination.redact(f"{error.message} ({detail or 'no detail'})")
+            raise PushSinkError(f"SRT: {text}")
+
+
+class SrtSink:
+    """MPEG-TS (H.264 + AAC) into `appsrc ! srtsink`. In caller mode the connection is made when the pipeline
+    starts (a destination that does not answer fails it); in listener mode it waits for a caller and drops what
+    is sent meanwhile."""
+
+    def __init__(self, destination: Destination, width: int, height: int, fps: int, policy: EncoderPolicy) -> None:
+        gst = _Gst.get()
+        self._gst = gst
+        self._destination = destination
+        self._started = time.monotonic()
+        self._pipeline = gst.Pipeline.new("push-srt")
+        appsrc = gst.ElementFactory.make("appsrc", "src")
+        sink = gst.ElementFactory.make("srtsink", "sink")
+        caps = gst.Caps.from_string("video/mpegts,systemstream=(boolean)true,packetsize=(int)188")
+        appsrc.set_property("caps", caps)
+        appsrc.set_property("is-live", True)
+        appsrc.set_property("format", gst.Format.BYTES)
+        appsrc.set_property("max-bytes", 4 * 1024 * 1024)
+        sink.set_property("uri", destination.target)
+        sink.set_property("wait-for-connection", False)
+        sink.set_property("auto-reconnect", False)  # the push reconnects, with its own pause and count
+        sink.set_property("sync", False)
+        sink.set_property("async", False)
+        self._sink = sink
+        self._pipeline.add(appsrc)
+        self._pipeline.add(sink)
+        appsrc.link(sink)
+        self._writer = _SrtWriter(gst, self._pipeline, appsrc, destination)
+        try:
+            if self._pipeline.set_state(gst.State.PLAYING) == gst.StateChangeReturn.FAILURE:
+                self._writer.check()
+                raise PushSinkError("SRT: the destination cannot be opened")
+            self._writer.check()
+            self._mux = MuxSink(self._writer, "mpegts", width, height, fps, policy, "aac", buffer_size=TS_CHUNK)
+        except Exception:
+            self._pipeline.set_state(gst.State.NULL)
+            raise
+        self.audio_frame_samples = self._mux.audio_frame_samples
+
+    def connected(self) -> bool:
+        """Whether a peer takes the stream (srtsink's statistics have more than the byte count once one does);
+        raises in caller mode when none answered within `SRT_CONNECT_TIMEOUT_S`."""
+        self._writer.check()
+        stats = self._sink.get_property("stats")
+        if stats is not None and stats.n_fields() > 1:
+            return True
+        if self._destination.mode == "caller" and time.monotonic() - self._started > SRT_CONNECT_TIMEOUT_S:
+            raise PushSinkError(f"SRT: no listener answered at {self._destination.shown}")
+        return False
+
+    def send_video(self, frame: av.VideoFrame) -> int:
+        return self._mux.send_video(frame)
+
+    def send_audio(self, frame: av.AudioFrame) -> int:
+        return self._mux.send_audio(frame)
+
+    def close(self) -> None:
+        try:
+            self._mux.close()
+        finally:
+            self._pipeline.set_state(self._gst.State.NULL)

@@ -90,7 +90,7 @@ def open_codec(
     without it. `time_base` is the frames' own (aiortc's counts frames; WHEP's is the RTP clock)."""
     codec = av.CodecContext.create(name, "w")
     assert isinstance(codec, VideoCodecContext)
-    configure_codec(codec, width, height, bitrate, band, settings, time_base)
+    configure_codec(codec, width, height, bitrate, band, settings, time_base, buffer_s)
     codec.open()
     return codec
 
@@ -103,6 +103,7 @@ def configure_codec(
     band: BitrateBand,
     settings: EncoderSettings,
     time_base: fractions.Fraction,
+    buffer_s: float | None = None,
 ) -> None:
     """`open_codec`'s settings on a context not yet opened (a muxer's stream's, which the muxer opens)."""
     name = codec.name

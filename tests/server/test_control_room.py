@@ -19,7 +19,9 @@ from app.pipeline.detect import RetinaFaceDetector
 from app.pipeline.pipeline import FramePipeline
 from app.pipeline.types import Image
 from app.settings import PipelineSettings
-from tests.server.harness import RunningServer, face_crop, server_settings, start_server
+from tests.helpers import wait_for
+from tests.server.harness import PAGE_HEADERS, RunningServer, face_crop, server_settings, start_server
+from tests.server.push_servers import NginxRtmp, Reader, nginx_unavailable
 from tests.server.test_browser import (
     CHROMIUM,
     camera_still,
@@ -241,3 +243,53 @@ def test_the_controls_are_reached_by_keyboard_in_reading_order(room_server: Runn
             assert visited == list(range(count))
         finally:
             browser.close()
+
+
+@pytest.mark.skipif(nginx_unavailable() is not None, reason=f"no RTMP server: {nginx_unavailable()}")
+def test_the_page_pushes_a_channel_to_an_rtmp_server_and_never_shows_the_key(
+    room_server: RunningServer, tmp_path: Path
+) -> None:
+    base = room_server.base_url
+    made = httpx.post(f"{base}/v1/channels", json={"name": "to-platform"}, headers=PAGE_HEADERS)
+    assert made.status_code == 201, made.text
+    key = "live_page_key_4f2a9"
+    assert sync_playwright is not None
+    with NginxRtmp(tmp_path / "nginx") as nginx, sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=str(CHROMIUM), headless=True, args=chromium_args())
+        reader: Reader | None = None
+        try:
+            page = browser.new_page()
+            errors: list[str] = []
+            page.on("pageerror", lambda error: errors.append(str(error)))
+            page.goto(base)
+            item = channel_item("to-platform")
+            page.wait_for_selector(item, timeout=30_000)
+            page.click(f"{item} details.pushes summary")
+            page.fill(f"{item} .push-form input[name=url]", nginx.url("").rstrip("/"))
+            page.fill(f"{item} .push-form input[name=key]", key)
+            page.click(f"{item} .push-form button")
+            page.wait_for_selector(f"{item} .pushes li[data-push]", timeout=15_000)
+            # Connected, and the page says so at its next refresh; the channel's slate reaches the server.
+            page.wait_for_function(
+                f'() => document.querySelector("{item} .pushes li[data-push] .status").textContent'
+                ".startsWith('live')",
+                timeout=30_000,
+            )
+            reader = Reader(nginx.url(key))
+            assert wait_for(lambda: len(reader.seen.frames) >= 5, 30), reader.seen.errors
+            # The key went to the server once: the page shows the destination with it hidden, and keeps none.
+            assert key not in page.evaluate("document.body.innerText")
+            assert page.input_value(f"{item} .push-form input[name=key]") == ""
+            shown = page.text_content(f"{item} .pushes li[data-push] code") or ""
+            assert "***" in shown and key not in shown, shown
+            assert "(1, 1 live)" in (page.text_content(f"{item} details.pushes summary") or "")
+
+            page.click(f"{item} .pushes li[data-push] button")
+            page.wait_for_function(f'() => !document.querySelector("{item} .pushes li[data-push]")', timeout=15_000)
+            assert httpx.get(f"{base}/v1/channels/to-platform/pushes").json()["pushes"] == []
+            assert errors == []
+        finally:
+            if reader is not None:
+                reader.stop()
+            browser.close()
+            httpx.delete(f"{base}/v1/channels/to-platform", headers=PAGE_HEADERS)

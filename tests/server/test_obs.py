@@ -1,6 +1,8 @@
 """OBS Studio 29 itself as the streamer's client: a Media Source pulling a channel's RTSP URL and one pulling
 the channel over SRT (a listener push, encrypted) show the publisher's swapped frames, their coloured band kept
-by the swap, in OBS's own screenshots of each source. Skipped, with OBS's reason, where OBS cannot start."""
+by the swap, in OBS's own screenshots of each source, and go on showing the channel when a new publisher takes
+it over (as a reconnecting page does), with nothing changed in OBS. Skipped, with OBS's reason, where OBS cannot
+start."""
 
 import time
 from collections.abc import Callable
@@ -73,6 +75,15 @@ def test_obs_shows_the_swapped_channel_over_rtsp_and_srt(
                 assert stats["state"] == "live", stats
                 consumers = httpx.get(f"{server.base_url}/v1/channels/obs", timeout=30).json()["consumers"]
                 assert consumers["rtsp"] >= 1, consumers
+
+                # A new session takes the channel over: OBS's same sources show it, nothing touched in OBS.
+                taking_over = Publisher(server, banded(small(clip), "blue"), identity, "obs")
+                publisher.close()
+                publisher = taking_over
+                for name in sources:
+                    assert wait_for(lambda n=name: shows(obs, n) == "blue", 60), (name, obs.log()[-1500:])
+                channel_now = httpx.get(f"{server.base_url}/v1/channels/obs", timeout=30).json()
+                assert channel_now["publisher_changes"] >= 2 and channel_now["consumers"]["rtsp"] >= 1, channel_now
                 time.sleep(0.5)
             finally:
                 publisher.close()

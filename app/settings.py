@@ -8,7 +8,7 @@ from typing import Literal
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from app.names import BackendName, FaceLostPolicy, LocalBackend, Precision, SwapEngineChoice
+from app.names import BackendName, FaceLostPolicy, LocalBackend, OcclusionMode, Precision, SwapEngineChoice
 
 
 def default_model_dir() -> Path:
@@ -40,6 +40,15 @@ class PipelineSettings(BaseSettings):
     landmark_model: str = Field("face_mesh_468", description="Face landmark model of the mesh engine.")
     mouth_mask: float = Field(
         0.0, ge=0.0, le=1.0, description="Keep the target's own mouth: 0 off, 1 lips and inside (any engine)."
+    )
+    # Hands in front of a face stay in front (app.pipeline.occlusion). auto by default: on wherever the hand model
+    # is in the model store (it costs a few ms per face), without stopping a machine that lacks it from serving.
+    occlusion: OcclusionMode = Field(
+        "auto",
+        description=(
+            "Hands in front of a face stay visible: hands (needs the hand_landmark model, imported if missing), "
+            "off, or auto (hands when hand_landmark is in the model store, else off)."
+        ),
     )
     mesh_shape: float = Field(
         0.0, ge=0.0, le=1.0, description="Mesh engine: pull the inner face toward the source's proportions, 0 to 1."

@@ -19,6 +19,7 @@ import numpy as np
 
 from app.names import FaceLostPolicy
 from app.pipeline.mesh_track import MeshTracking
+from app.pipeline.occlusion import HandTracking
 from app.pipeline.paste import PasteItem
 from app.pipeline.types import Face, FaceStatus, Image
 
@@ -163,6 +164,7 @@ class FaceTracker:
         # The engine's landmark chains for this stream's faces, when its engine tracks landmarks (the pipeline
         # makes them on first use): all of one stream's state lives with its tracker.
         self.landmarks: MeshTracking | None = None
+        self.hands: HandTracking | None = None  # hands found over its faces, when occlusion is on
 
     # When to detect: decided here only; the pipeline (files, batches) and live streams ask.
     def needs_detection(self, frame: Image, offset: int = 0) -> bool:

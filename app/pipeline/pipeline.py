@@ -20,11 +20,12 @@ from app.pipeline.cover import pixelate
 from app.pipeline.detect import RetinaFaceDetector
 from app.pipeline.face_choice import FaceChoice, choose_face
 from app.pipeline.identity_map import PENDING, FaceSources, MappedFaces
-from app.pipeline.landmarks import Mesh
+from app.pipeline.landmarks import Mesh, five_points
 from app.pipeline.live import LiveTracking
-from app.pipeline.mesh_track import MeshTracking, TracksLandmarks, mesh_in, unfound_as_lost
+from app.pipeline.mesh_track import MeshTracking, TracksLandmarks, eye_distance, mesh_in, unfound_as_lost
 from app.pipeline.occlusion import HandFinder, HandTracking, Points, hand_mask
 from app.pipeline.paste import PasteBack, PasteConfig, PasteItem
+from app.pipeline.smoothing import LandmarkSmoother, SmoothingConfig
 from app.pipeline.stage import DEFAULT_SESSION, Stage
 from app.pipeline.swap import PreparedSource, SwapEngine, SwapItem
 from app.pipeline.timing import StageTimer
@@ -49,6 +50,8 @@ class PipelineConfig:
     live_detect_background: bool = True  # live frames do not wait for scheduled detections (app.pipeline.live)
     # Engines that take dense landmarks (mesh) follow them from each face's previous frame (app.pipeline.mesh_track)
     track_landmarks: bool = True
+    # Tracked dense landmarks are One-Euro filtered per face (app.pipeline.smoothing); None: not smoothed
+    smoothing: SmoothingConfig | None = field(default_factory=SmoothingConfig)
 
 
 @dataclass(frozen=True)
@@ -200,6 +203,7 @@ class FramePipeline:
                 tracker.request_detection()
             if tracker.config.on_face_lost != "pass":
                 located, chosen, found = unfound_as_lost(located, chosen, found)
+            chosen, found = self._smoothed(tracker, chosen, found)
             meshes = [mesh for frame_meshes in found for mesh in frame_meshes]
         frames, chosen, face_sources, meshes = self._sources(source, frames, chosen, meshes, timer)
         with timer.stage("align"):
@@ -251,6 +255,32 @@ class FramePipeline:
                     tracker.hands = HandTracking(self.hands.config)
                 found.extend(tracker.hands.hands(self.hands, frame, faces))
             return found
+
+    def _smoothed(
+        self, tracker: FaceTracker, chosen: list[list[Face]], found: list[list[Mesh | None]]
+    ) -> tuple[list[list[Face]], list[list[Mesh | None]]]:
+        """The tracked meshes One-Euro filtered per face, and each face's five points taken from its filtered mesh
+        (both the crop's framing and the warp follow the smoothed points)."""
+        if self.config.smoothing is None:
+            return chosen, found
+        if tracker.smoother is None:
+            tracker.smoother = LandmarkSmoother(self.config.smoothing)
+        smoother = tracker.smoother
+        out_faces: list[list[Face]] = []
+        out_meshes: list[list[Mesh | None]] = []
+        for faces, meshes in zip(chosen, found, strict=True):
+            frame_faces: list[Face] = []
+            frame_meshes: list[Mesh | None] = []
+            for face, mesh in zip(faces, meshes, strict=True):
+                if mesh is not None:
+                    mesh = smoother.smooth(face.track_id, mesh, eye_distance(face.landmarks))
+                    face = replace(face, landmarks=five_points(mesh))
+                frame_faces.append(face)
+                frame_meshes.append(mesh)
+            out_faces.append(frame_faces)
+            out_meshes.append(frame_meshes)
+        smoother.forget_except({face.track_id for faces in chosen for face in faces})
+        return out_faces, out_meshes
 
     def _landmark_tracking(self, tracker: FaceTracker | None) -> MeshTracking | None:
         """The stream's landmark chains, when its engine takes tracked landmarks."""

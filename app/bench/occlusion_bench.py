@@ -1,0 +1,106 @@
+"""Occlusion as numbers: a real hand crossing a real face (app.bench.hand_scene), swapped with occlusion on and
+off, as a stream.
+
+Per frame where the hand is over the face, on the pixels the swap paints over when occlusion is off:
+
+- hand kept: the share of the hand's pixels that stay the input's own with occlusion on;
+- IoU: between the pixels kept (the input's own with occlusion on) and the hand's true pixels;
+- face swapped: the share of the other painted pixels (the face outside the hand) still swapped.
+
+Cost: the occlusion stage's time per face (p50/p99, amortised over the look schedule: a face is looked at every
+frame while a hand is over it, every `interval` frames or on a change otherwise), and the whole frame's rate
+with occlusion on over off, on the crossing clip and on the same face with no hand.
+"""
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from app.bench.hand_scene import HandCutout, HandScene, hand_cutout, paste_hand
+from app.media.clips import load_sample
+from app.pipeline.pipeline import FramePipeline
+from app.pipeline.swap import PreparedSource
+from app.pipeline.timing import StageTimer, percentiles_ms
+from app.pipeline.types import Image
+
+NEAR = 12  # grey levels within which a pixel counts as the input's own
+START, END = (150.0, 250.0), (275.0, 110.0)  # the hand's path across the astronaut's face (centre, px)
+WIDTH = 150.0
+
+
+def crossing(frames: int = 40, cutout: HandCutout | None = None) -> list[HandScene]:
+    """The hand moving along a line across the face: off the face at first, over it, then off again."""
+    cut = cutout or hand_cutout()
+    face = load_sample("astronaut")
+    path = np.linspace(START, END, frames)
+    return [paste_hand(face, cut, (float(x), float(y)), WIDTH) for x, y in path]
+
+
+def _near(a: Image, b: Image) -> np.ndarray:
+    return np.abs(a.astype(np.int16) - b.astype(np.int16)).max(axis=2) <= NEAR
+
+
+@dataclass
+class FrameScore:
+    hand_kept: float
+    iou: float
+    face_swapped: float
+
+
+def score(scene: HandScene, off: Image, on: Image) -> FrameScore | None:
+    """The frame's figures, or None where the hand is not over the painted face (under 200 pixels)."""
+    painted = ~_near(off, scene.image)
+    hand = scene.hand & painted
+    if hand.sum() < 200:
+        return None
+    kept = _near(on, scene.image) & painted
+    face = painted & ~scene.hand
+    return FrameScore(
+        hand_kept=float(kept[hand].mean()),
+        iou=float((kept & hand).sum() / max(1, (kept | hand).sum())),
+        face_swapped=float((~_near(on, scene.image))[face].mean()),
+    )
+
+
+def stream(
+    pipeline: FramePipeline, source: PreparedSource, frames: list[Image]
+) -> tuple[list[Image], StageTimer, float]:
+    """The frames through `pipeline` as one stream: outputs, stage timings and the seconds per frame."""
+    tracker = pipeline.new_stream()
+    timer = StageTimer()
+    outputs = []
+    start = time.perf_counter()
+    for frame in frames:
+        outputs.append(pipeline.process([frame], source, tracker, timer)[0].image)
+    return outputs, timer, (time.perf_counter() - start) / max(1, len(frames))
+
+
+def run(off: FramePipeline, on: FramePipeline, source: PreparedSource, frames: int = 40) -> dict[str, Any]:
+    scenes = crossing(frames)
+    images = [scene.image for scene in scenes]
+    still = [scenes[0].face] * frames
+    off_out, _, off_s = stream(off, source, images)
+    on_out, timer, on_s = stream(on, source, images)
+    _, _, still_off_s = stream(off, source, still)
+    _, still_timer, still_on_s = stream(on, source, still)
+    scores = [s for s in (score(sc, a, b) for sc, a, b in zip(scenes, off_out, on_out, strict=True)) if s is not None]
+
+    def mean(values: list[float]) -> float:
+        return round(float(np.mean(values)), 4) if values else 0.0
+
+    return {
+        "frames": frames,
+        "frames_with_hand_over_face": len(scores),
+        "hand_kept": mean([s.hand_kept for s in scores]),
+        "hand_kept_min": round(min((s.hand_kept for s in scores), default=0.0), 4),
+        "iou": mean([s.iou for s in scores]),
+        "face_swapped": mean([s.face_swapped for s in scores]),
+        "occlusion_ms_per_face": percentiles_ms(timer.samples.get("occlusion", [])),  # one face per frame
+        "occlusion_ms_per_face_no_hand": percentiles_ms(still_timer.samples.get("occlusion", [])),
+        "fps_off": round(1.0 / off_s, 2),
+        "fps_on": round(1.0 / on_s, 2),
+        "fps_ratio_on_off": round(off_s / on_s, 3),
+        "fps_ratio_on_off_no_hand": round(still_off_s / still_on_s, 3),
+    }

@@ -1,18 +1,25 @@
 """Occlusion: a real hand over a real face stays in front of the swapped face (app.pipeline.occlusion)."""
 
+import subprocess
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from app.bench.hand_scene import HandScene, hand_over_face
 from app.pipeline.detect import RetinaFaceDetector
+from app.pipeline.factory import build_hand_finder
 from app.pipeline.occlusion import HandFinder, HandTracking, OcclusionConfig
 from app.pipeline.pipeline import FramePipeline
 from app.pipeline.swap import ClassicEngine, PreparedSource
 from app.runtime.onnx import OnnxModel
+from app.settings import PipelineSettings
 from engines.errors import ModelError
 from engines.store import ModelStore
+
+REPO = Path(__file__).resolve().parents[2]
 
 NEAR = 12  # grey levels within which a pixel counts as the input's own
 
@@ -93,3 +100,23 @@ def test_the_hand_is_carried_between_looks(detector: RetinaFaceDetector, finder:
     assert inside.mean() >= 0.9, "the landmarks lie on the pasted hand"
     assert tracking.hands(finder, scene.image, [face])[0] is not None
     assert tracking.looks == 4
+
+
+def test_the_setting_picks_the_stage(store: ModelStore, finder: HandFinder, tmp_path: Path) -> None:
+    assert build_hand_finder(PipelineSettings(occlusion="off"), store) is None
+    on = build_hand_finder(PipelineSettings(occlusion="auto"), store)  # the model is imported in `store`
+    assert isinstance(on, HandFinder)
+    on.close()
+    assert build_hand_finder(PipelineSettings(occlusion="auto"), ModelStore(tmp_path)) is None  # not imported here
+    assert PipelineSettings().occlusion == "auto"
+
+
+def test_bad_options_are_clear_errors() -> None:
+    for command, message in (
+        (["bench-stability", "--engines", "inswapper"], "unknown engine 'inswapper'; choose from classic, mesh"),
+        (["swap", "--source", "a", "--target", "b", "--output", "c", "--occlusion", "x"], "invalid choice: 'x'"),
+    ):
+        done = subprocess.run(
+            [sys.executable, "-m", "app.cli", *command], capture_output=True, text=True, cwd=REPO, check=False
+        )
+        assert done.returncode != 0 and message in done.stderr and "Traceback" not in done.stderr

@@ -20,10 +20,11 @@ import numpy as np
 
 from app.bench.hand_scene import HandCutout, HandScene, hand_cutout, paste_hand
 from app.media.clips import load_sample
+from app.pipeline.occlusion import HandFinder, hand_mask
 from app.pipeline.pipeline import FramePipeline
 from app.pipeline.swap import PreparedSource
-from app.pipeline.timing import StageTimer, percentiles_ms
-from app.pipeline.types import Image
+from app.pipeline.timing import StageTimer, call_times, percentiles_ms
+from app.pipeline.types import Face, Image
 
 NEAR = 12  # grey levels within which a pixel counts as the input's own
 START, END = (150.0, 250.0), (275.0, 110.0)  # the hand's path across the astronaut's face (centre, px)
@@ -77,6 +78,20 @@ def stream(
     return outputs, timer, (time.perf_counter() - start) / max(1, len(frames))
 
 
+def look_costs(finder: HandFinder, scene: HandScene, face: Face, runs: int = 30) -> dict[str, Any]:
+    """The occlusion stage's parts for one face, each timed alone `runs` times (less exposed to other work on the
+    machine than the stream's figures): following a hand (one model pass), searching a face with no hand (two
+    passes in one batch) and drawing the mask into a 128 px crop."""
+    with_hand, empty = scene, scene.face
+    hand = finder.hands(with_hand.image, [face], [None])[0]
+    costs: dict[str, Any] = {"search_ms": percentiles_ms(call_times(lambda: finder.hands(empty, [face], [None]), runs))}
+    if hand is not None:
+        costs["follow_ms"] = percentiles_ms(call_times(lambda: finder.hands(with_hand.image, [face], [hand]), runs))
+        matrix = np.array([[1.0, 0.0, -float(face.box[0])], [0.0, 1.0, -float(face.box[1])]])
+        costs["mask_ms"] = percentiles_ms(call_times(lambda: hand_mask([hand], matrix, 128, finder.config), runs))
+    return costs
+
+
 def run(off: FramePipeline, on: FramePipeline, source: PreparedSource, frames: int = 40) -> dict[str, Any]:
     scenes = crossing(frames)
     images = [scene.image for scene in scenes]
@@ -85,6 +100,10 @@ def run(off: FramePipeline, on: FramePipeline, source: PreparedSource, frames: i
     on_out, timer, on_s = stream(on, source, images)
     _, _, still_off_s = stream(off, source, still)
     _, still_timer, still_on_s = stream(on, source, still)
+    if on.hands is None:
+        raise ValueError("the `on` pipeline has no occlusion stage")
+    middle = scenes[len(scenes) // 2]  # the hand over the face
+    parts = look_costs(on.hands, middle, on.detector.process([middle.face])[0][0])
     scores = [s for s in (score(sc, a, b) for sc, a, b in zip(scenes, off_out, on_out, strict=True)) if s is not None]
 
     def mean(values: list[float]) -> float:
@@ -99,6 +118,7 @@ def run(off: FramePipeline, on: FramePipeline, source: PreparedSource, frames: i
         "face_swapped": mean([s.face_swapped for s in scores]),
         "occlusion_ms_per_face": percentiles_ms(timer.samples.get("occlusion", [])),  # one face per frame
         "occlusion_ms_per_face_no_hand": percentiles_ms(still_timer.samples.get("occlusion", [])),
+        **parts,
         "fps_off": round(1.0 / off_s, 2),
         "fps_on": round(1.0 / on_s, 2),
         "fps_ratio_on_off": round(off_s / on_s, 3),

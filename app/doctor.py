@@ -74,15 +74,15 @@ def _model_check(store: ModelStore, label: str, name: str, importer: str, fix: s
 
 def _hand_check(settings: ServerSettings, store: ModelStore) -> Check:
     """The occlusion stage's hand model, as SWAPCAST_OCCLUSION uses it (app.pipeline.factory.build_hand_finder)."""
-    label, mode = "hand model (occlusion)", settings.pipeline.occlusion
-    fix = "pip install 'swapcast[mesh-import]' (and npm), then swapcast models import hand_landmark"
+    label, mode, name = "hand model (occlusion)", settings.pipeline.occlusion, settings.pipeline.hand_model
+    fix = f"pip install 'swapcast[mesh-import]' (and npm), then swapcast models import {name}"
     if mode == "off":
         return Check(label, "ok", "occlusion is off (SWAPCAST_OCCLUSION=off)")
-    if store.status("hand_landmark") == "verified":
-        return Check(label, "ok", f"hand_landmark verified in {store.root}: hands are kept in front of faces")
+    if store.status(name) == "verified":
+        return Check(label, "ok", f"{name} verified in {store.root}: hands are kept in front of faces")
     if mode == "auto":
-        return Check(label, "warn", "hand_landmark is not imported: hands in front of faces are painted over", fix)
-    return _model_check(store, label, "hand_landmark", "tflite2onnx", fix)
+        return Check(label, "warn", f"{name} is not imported: hands in front of faces are painted over", fix)
+    return _model_check(store, label, name, "tflite2onnx", fix)
 
 
 def check_models(settings: ServerSettings, store: ModelStore) -> list[Check]:

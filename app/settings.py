@@ -50,6 +50,10 @@ class PipelineSettings(BaseSettings):
             "off, or auto (hands when hand_landmark is in the model store, else off)."
         ),
     )
+    hand_model: Literal["hand_landmark", "hand_landmark_lite"] = Field(
+        "hand_landmark",
+        description="Hand model of the occlusion stage: hand_landmark (full) or hand_landmark_lite (half the cost).",
+    )
     mesh_shape: float = Field(
         0.0, ge=0.0, le=1.0, description="Mesh engine: pull the inner face toward the source's proportions, 0 to 1."
     )

@@ -182,10 +182,13 @@ def _import_iris_landmark(dest: Path) -> Path:
     return import_iris_landmark(dest)
 
 
-def _import_hand_landmark(dest: Path) -> Path:
-    from engines.importers.hand_landmark import import_hand_landmark
+def _import_hand_landmark(name: str) -> Callable[[Path], Path]:
+    def run(dest: Path) -> Path:
+        from engines.importers.hand_landmark import import_hand_landmark
 
-    return import_hand_landmark(dest)
+        return import_hand_landmark(dest, name=name)
+
+    return run
 
 
 def _import_realesrgan(name: str) -> Callable[[Path], Path]:
@@ -217,7 +220,8 @@ PRODUCERS: dict[str, Callable[[Path], Path]] = {
     "retinaface_mnet025": _import_retinaface,
     "face_mesh_468": _import_face_mesh,
     "iris_landmark": _import_iris_landmark,
-    "hand_landmark": _import_hand_landmark,
+    "hand_landmark": _import_hand_landmark("hand_landmark"),
+    "hand_landmark_lite": _import_hand_landmark("hand_landmark_lite"),
     **{e.name: _import_realesrgan(e.name) for e in registry.entries("import") if e.name.startswith("realesr")},
     "reference_swapper_narrow": _build_swapper("narrow"),
     "reference_swapper_full": _build_swapper("full"),

@@ -13,6 +13,7 @@ with occlusion on over off, on the crossing clip and on the same face with no ha
 """
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -78,17 +79,31 @@ def stream(
     return outputs, timer, (time.perf_counter() - start) / max(1, len(frames))
 
 
+def cpu_times(call: Callable[[], object], runs: int) -> list[float]:
+    """CPU seconds the calling thread spent in each of `runs` calls: on a machine busy with other work, the
+    work itself rather than the wait for a core (the hand model runs on the calling thread with one thread)."""
+    times = []
+    for _ in range(runs):
+        start = time.thread_time()
+        call()
+        times.append(time.thread_time() - start)
+    return times
+
+
 def look_costs(finder: HandFinder, scene: HandScene, face: Face, runs: int = 30) -> dict[str, Any]:
-    """The occlusion stage's parts for one face, each timed alone `runs` times (less exposed to other work on the
-    machine than the stream's figures): following a hand (one model pass), searching a face with no hand (two
-    passes in one batch) and drawing the mask into a 128 px crop."""
-    with_hand, empty = scene, scene.face
-    hand = finder.hands(with_hand.image, [face], [None])[0]
-    costs: dict[str, Any] = {"search_ms": percentiles_ms(call_times(lambda: finder.hands(empty, [face], [None]), runs))}
+    """The occlusion stage's parts for one face, each run alone `runs` times: following a hand (one model pass),
+    searching a face with no hand (two passes in one batch) and drawing the mask into a 128 px crop; wall-clock
+    and, with `_cpu`, the calling thread's CPU time (meaningful with a one-thread model)."""
+    hand = finder.hands(scene.image, [face], [None])[0]
+    parts: dict[str, Callable[[], object]] = {"search": lambda: finder.hands(scene.face, [face], [None])}
     if hand is not None:
-        costs["follow_ms"] = percentiles_ms(call_times(lambda: finder.hands(with_hand.image, [face], [hand]), runs))
         matrix = np.array([[1.0, 0.0, -float(face.box[0])], [0.0, 1.0, -float(face.box[1])]])
-        costs["mask_ms"] = percentiles_ms(call_times(lambda: hand_mask([hand], matrix, 128, finder.config), runs))
+        parts["follow"] = lambda: finder.hands(scene.image, [face], [hand])
+        parts["mask"] = lambda: hand_mask([hand], matrix, 128, finder.config)
+    costs: dict[str, Any] = {}
+    for name, call in parts.items():
+        costs[f"{name}_ms"] = percentiles_ms(call_times(call, runs))
+        costs[f"{name}_cpu_ms"] = percentiles_ms(cpu_times(call, runs))
     return costs
 
 

@@ -13,7 +13,6 @@ from app.pipeline.enhance import EnhanceConfig, RealEsrganEnhancer
 from app.pipeline.landmarks import FaceMeshLandmarker
 from app.pipeline.mesh import MeshConfig, MeshEngine
 from app.pipeline.mouth import MouthKeepingEngine
-from app.pipeline.occlusion import MODEL_NAME as HAND_MODEL
 from app.pipeline.occlusion import HandFinder
 from app.pipeline.paste import PasteConfig
 from app.pipeline.pipeline import FramePipeline, PipelineConfig, Stages
@@ -66,13 +65,14 @@ def load_landmarker(store: ModelStore, settings: PipelineSettings) -> FaceMeshLa
 
 
 def build_hand_finder(settings: PipelineSettings, store: ModelStore) -> HandFinder | None:
-    """The occlusion stage `settings.occlusion` asks for: `hands` imports the hand model when it is missing (a
+    """The occlusion stage `settings.occlusion` asks for: `hands` imports `settings.hand_model` when missing (a
     ModelError where it cannot); `auto` uses it only where it is in the store already; `off` is None."""
     if settings.occlusion == "off":
         return None
-    if settings.occlusion == "auto" and store.status(HAND_MODEL) != "verified":
+    if settings.occlusion == "auto" and store.status(settings.hand_model) != "verified":
         return None
-    return HandFinder(load_model(store, HAND_MODEL, settings.model_copy(update={"backend": settings.local_backend})))
+    local = settings.model_copy(update={"backend": settings.local_backend})
+    return HandFinder(load_model(store, settings.hand_model, local))
 
 
 def build_swap_engine(settings: PipelineSettings, store: ModelStore) -> SwapEngine:

@@ -21,7 +21,6 @@ import numpy.typing as npt
 from app.pipeline.types import Face, Image, Matrix
 from app.runtime.model import Model
 
-MODEL_NAME = "hand_landmark"
 INPUT_SIZE = 224
 THUMB = 16
 # Landmark chains of the hand model: the wrist (0), then four points per finger, thumb first.

@@ -1,11 +1,11 @@
-"""MediaPipe's hand landmark model (full), taken from the ``@mediapipe/hands`` npm package (Apache-2.0) and
+"""MediaPipe's hand landmark models (full and lite), taken from the ``@mediapipe/hands`` npm package (Apache-2.0) and
 converted to ONNX once.
 
-``npm pack`` fetches the pinned package (nothing is installed, no script runs); ``hand_landmark_full.tflite`` is
-read out of the tarball, checked against its pinned sha256 and converted with ``tflite2onnx`` (the
-``mesh-import`` extra, as for the face mesh). The palm detector of the same package is not used: it is packed in
-an asset bundle and uses operators the converter refuses; callers run this model on a region where a hand may be
-(around a face) and read its hand-presence score.
+``npm pack`` fetches the pinned package (nothing is installed, no script runs); ``hand_landmark_full.tflite``
+(or ``hand_landmark_lite.tflite``) is read out of the tarball, checked against its pinned sha256 and converted
+with ``tflite2onnx`` (the ``mesh-import`` extra, as for the face mesh). The palm detector of the same package is
+not used: it is packed in an asset bundle and uses operators the converter refuses; callers run this model on a
+region where a hand may be (around a face) and read its hand-presence score.
 
 The converted model is rewritten to take any batch and given names that say what flows through it:
 ``image`` [N,3,224,224] float32 RGB 0..1 of the region, ``landmarks`` [N,21,3] in input pixels (wrist, then four
@@ -27,22 +27,28 @@ from engines.importers.npm_package import npm_pack, package_member
 
 NPM_PACKAGE = "@mediapipe/hands"
 NPM_VERSION = "0.4.1675469240"
-FILE_NAME = "hand_landmark.onnx"
-TFLITE_NAME = "hand_landmark_full.tflite"
-TFLITE_SHA256 = "8c026882c9ec059ce0f8e75266bee5a9a23c341a40e0000df755374d3d1b9b68"
+# The package's two hand landmark models: the full one, and a lite one of the same contract at half the cost.
+MODELS = {
+    "hand_landmark": ("hand_landmark_full.tflite", "8c026882c9ec059ce0f8e75266bee5a9a23c341a40e0000df755374d3d1b9b68"),
+    "hand_landmark_lite": (
+        "hand_landmark_lite.tflite",
+        "d7fde8ac11f8ce03f8663775bfc323f4fc9f2a38062b4f4efa142874ef5b2a48",
+    ),
+}
+TFLITE_NAME, TFLITE_SHA256 = MODELS["hand_landmark"]
 INPUT_SIZE = 224
 POINTS = 21
 
 
-def read_tflite(work: Path, tarball: Path | None = None) -> bytes:
-    """The pinned ``hand_landmark_full.tflite`` out of ``tarball`` (or a fresh ``npm pack`` into ``work``)."""
+def read_tflite(work: Path, tarball: Path | None = None, name: str = "hand_landmark") -> bytes:
+    """The pinned .tflite of model `name` out of ``tarball`` (or a fresh ``npm pack`` into ``work``)."""
+    member, sha256 = MODELS[name] if name != "hand_landmark" else (TFLITE_NAME, TFLITE_SHA256)
     source = tarball if tarball is not None else npm_pack(NPM_PACKAGE, NPM_VERSION, work)
-    data = package_member(source, TFLITE_NAME, NPM_PACKAGE)
+    data = package_member(source, member, NPM_PACKAGE)
     digest = hashlib.sha256(data).hexdigest()
-    if digest != TFLITE_SHA256:
+    if digest != sha256:
         raise ModelError(
-            f"{TFLITE_NAME} from {source.name} has sha256 {digest}, expected {TFLITE_SHA256}: "
-            f"use {NPM_PACKAGE}@{NPM_VERSION}"
+            f"{member} from {source.name} has sha256 {digest}, expected {sha256}: use {NPM_PACKAGE}@{NPM_VERSION}"
         )
     return data
 
@@ -67,16 +73,17 @@ def _rename_io(model: onnx.ModelProto) -> onnx.ModelProto:
     return set_outputs(model, {"landmarks": [POINTS, 3], "hand_score": [1], "handedness": [1]})
 
 
-def import_hand_landmark(dest_dir: Path, tarball: Path | None = None) -> Path:
-    """Write ``hand_landmark.onnx`` (batch-dynamic, checked item by item) into ``dest_dir``; return its path.
-    ``tarball``: an ``npm pack`` of the pinned package already at hand (else npm fetches it)."""
+def import_hand_landmark(dest_dir: Path, tarball: Path | None = None, name: str = "hand_landmark") -> Path:
+    """Write ``<name>.onnx`` (batch-dynamic, checked item by item) into ``dest_dir``; return its path. ``tarball``:
+    an ``npm pack`` of the pinned package already at hand (else npm fetches it); `name`: one of MODELS."""
+    member, sha256 = MODELS[name] if name != "hand_landmark" else (TFLITE_NAME, TFLITE_SHA256)
     doc = (
-        f"MediaPipe hand landmark model (full), {TFLITE_NAME} of npm {NPM_PACKAGE}@{NPM_VERSION} "
-        f"(sha256 {TFLITE_SHA256}). Input 'image' [N,3,{INPUT_SIZE},{INPUT_SIZE}] RGB 0..1; outputs "
+        f"MediaPipe hand landmark model, {member} of npm {NPM_PACKAGE}@{NPM_VERSION} "
+        f"(sha256 {sha256}). Input 'image' [N,3,{INPUT_SIZE},{INPUT_SIZE}] RGB 0..1; outputs "
         f"'landmarks' [N,{POINTS},3] in input pixels, 'hand_score' [N,1], 'handedness' [N,1]."
     )
     with tempfile.TemporaryDirectory(prefix="hands-npm-") as tmp:
-        data = read_tflite(Path(tmp), tarball)
+        data = read_tflite(Path(tmp), tarball, name)
     return import_converted(
-        Path(dest_dir) / FILE_NAME, lambda _work: data, "hand landmark model", _rename_io, doc, "image", INPUT_SIZE
+        Path(dest_dir) / f"{name}.onnx", lambda _work: data, "hand landmark model", _rename_io, doc, "image", INPUT_SIZE
     )

@@ -15,8 +15,11 @@ from engines.importers import hand_landmark
 from engines.store import ModelStore, read_local_manifest
 
 
-def test_import_gives_a_batch_dynamic_model_with_named_io(model: Callable[[str], Path], store: ModelStore) -> None:
-    path = model("hand_landmark")
+@pytest.mark.parametrize("name", ["hand_landmark", "hand_landmark_lite"])
+def test_import_gives_a_batch_dynamic_model_with_named_io(
+    name: str, model: Callable[[str], Path], store: ModelStore
+) -> None:
+    path = model(name)
     session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     assert [(i.name, i.shape) for i in session.get_inputs()] == [("image", ["batch", 3, 224, 224])]
     assert [o.name for o in session.get_outputs()] == ["landmarks", "hand_score", "handedness"]
@@ -26,9 +29,9 @@ def test_import_gives_a_batch_dynamic_model_with_named_io(model: Callable[[str],
     assert np.all((score >= 0) & (score <= 1)), "the presence score is a probability"
     alone = session.run(None, {"image": batch[1:2]})[0]
     assert np.allclose(alone[0], points[1], atol=1e-3)
-    assert store.status("hand_landmark") == "verified"
-    assert read_local_manifest(store.root)["hand_landmark"].size == path.stat().st_size
-    assert "Apache-2.0" in registry.get_entry("hand_landmark").licence
+    assert store.status(name) == "verified"
+    assert read_local_manifest(store.root)[name].size == path.stat().st_size
+    assert "Apache-2.0" in registry.get_entry(name).licence
 
 
 def _tarball(tmp_path: Path, members: dict[str, bytes]) -> Path:

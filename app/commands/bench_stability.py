@@ -21,6 +21,13 @@ def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None
     )
     p.add_argument("--engines", type=comma_list, default=None, help="comma list of classic, mesh (default both)")
     p.add_argument("--frames", type=int_between(8, 400), default=40, help="frames of the hand-crossing clip")
+    p.add_argument(
+        "--hand-model",
+        choices=("hand_landmark", "hand_landmark_lite"),
+        default="hand_landmark",
+        help="the occlusion stage's hand model",
+    )
+    p.add_argument("--no-flicker", action="store_true", help="measure occlusion only")
     p.add_argument("--out", type=Path, default=Path("bench-stability.json"), help="where to write the JSON report")
     p.add_argument("--threads", type=int_between(1, 64), default=None, help="inference threads (default: all cores)")
     p.set_defaults(func=run)
@@ -46,10 +53,16 @@ def run(args: argparse.Namespace) -> int:
     report: dict[str, Any] = {"occlusion": {}, "flicker": []}
     for name in engines:
         off = build_pipeline(PipelineSettings(engine=name, faces="largest", occlusion="off", **extra), store)
-        on = build_pipeline(PipelineSettings(engine=name, faces="largest", occlusion="hands", **extra), store)
+        hands = {"occlusion": "hands", "hand_model": args.hand_model}
+        on = build_pipeline(PipelineSettings(engine=name, faces="largest", **hands, **extra), store)
         try:
             source = off.prepare_source(load_sample("t1"))
-            report["occlusion"][name] = occlusion_bench.run(off, on, source, args.frames)
+            report["occlusion"][name] = {
+                "hand_model": args.hand_model,
+                **occlusion_bench.run(off, on, source, args.frames),
+            }
+            if args.no_flicker:
+                continue
             (faces,) = off.detector.process([load_sample("astronaut")])
             truth = faces[0].landmarks
             # Only tracked dense landmarks (mesh) are One-Euro smoothed; the others' five points are the tracker's

@@ -9,11 +9,13 @@ import numpy as np
 import pytest
 
 from app.bench.hand_scene import HandScene, hand_over_face
-from app.pipeline.detect import RetinaFaceDetector
+from app.bench.occlusion_bench import crossing, score
+from app.pipeline.detect import DetectorConfig, RetinaFaceDetector
 from app.pipeline.factory import build_hand_finder
 from app.pipeline.occlusion import HandFinder, HandTracking, OcclusionConfig
 from app.pipeline.pipeline import FramePipeline
 from app.pipeline.swap import ClassicEngine, PreparedSource
+from app.pipeline.timing import StageTimer
 from app.runtime.onnx import OnnxModel
 from app.settings import PipelineSettings
 from engines.errors import ModelError
@@ -120,3 +122,31 @@ def test_bad_options_are_clear_errors() -> None:
             [sys.executable, "-m", "app.cli", *command], capture_output=True, text=True, cwd=REPO, check=False
         )
         assert done.returncode != 0 and message in done.stderr and "Traceback" not in done.stderr
+
+
+def test_a_live_stream_keeps_a_moving_hand(store: ModelStore, finder: HandFinder, t1: np.ndarray) -> None:
+    """The live path (background detection, tracker state): the hand crossing the face is kept frame after frame,
+    followed by the model on every frame it is there."""
+
+    def own_detector() -> RetinaFaceDetector:  # the pipelines close theirs
+        return RetinaFaceDetector(OnnxModel(store.ensure("retinaface_mnet025"), threads=2), DetectorConfig())
+
+    hands = HandFinder(OnnxModel(finder.model.path, threads=2))
+    pipeline = FramePipeline(own_detector(), ClassicEngine(), hands=hands)
+    plain = FramePipeline(own_detector(), ClassicEngine())
+    source = pipeline.prepare_source(t1)
+    scenes = crossing(40)[18:30]  # the hand over the face
+    live, plain_live = pipeline.new_live_stream(), plain.new_live_stream()
+    kept = []
+    try:
+        for scene in scenes:
+            on = pipeline.process_live(scene.image, source, live, StageTimer(), "test").image
+            off = plain.process_live(scene.image, source, plain_live, StageTimer(), "test").image
+            figures = score(scene, off, on)
+            if figures is not None:
+                kept.append(figures.hand_kept)
+    finally:
+        pipeline.close()
+        plain.close()
+    assert len(kept) >= 8 and float(np.mean(kept)) >= 0.85, kept
+    assert live.tracker.hands is not None and live.tracker.hands.looks >= len(kept)

@@ -215,6 +215,10 @@ def _build_recognizer(dest: Path) -> Path:
     return build_reference_recognizer(dest / "reference_recognizer.onnx", seed=0)
 
 
+# Imports that fetch an npm package with the `npm` client (engines.importers.npm_package): left out of "import
+# everything" on a machine without npm, so that the others still import.
+NPM_IMPORTS = frozenset({"hand_landmark", "hand_landmark_lite"})
+
 # How each import/build entry is made: a function writing the file into a given directory.
 PRODUCERS: dict[str, Callable[[Path], Path]] = {
     "retinaface_mnet025": _import_retinaface,

@@ -240,7 +240,7 @@ class FramePipeline:
     ) -> list[Points | None]:
         """Each aligned face's hand in front of it (None: none, or occlusion off): with a tracker, looked for on
         its schedule and carried between looks (app.pipeline.occlusion.HandTracking); else looked for now."""
-        if self.hands is None or not aligned:
+        if self.hands is None or not aligned or (tracker is not None and not tracker.occlusion):
             return [None] * len(aligned)
         with timer.stage("occlusion"):
             found: list[Points | None] = []

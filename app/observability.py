@@ -147,6 +147,25 @@ class Metrics:
             ["channel"],
             registry=r,
         )
+        self.content_checks = Counter(
+            "swapcast_content_checks",
+            "Images the content check scored, by kind (session, stream, upload) and side (input, output).",
+            ["kind", "side"],
+            registry=r,
+        )
+        self.content_hits = Counter(
+            "swapcast_content_hits",
+            "Images the content check flagged (at or above SWAPCAST_CONTENT_THRESHOLD), by kind and side.",
+            ["kind", "side"],
+            registry=r,
+        )
+        self.content_seconds = Histogram(
+            "swapcast_content_check_seconds",
+            "Wall time of one content check run (a batch of live frames, or an upload's photos).",
+            ["where"],
+            buckets=STAGE_BUCKETS,
+            registry=r,
+        )
         self.channels = ChannelCollector()
         r.register(self.channels)
         self.rtsp_clients.set_function(lambda: 0.0)

@@ -214,12 +214,31 @@ class EncoderSettings(BaseSettings):
     )
     keyframe_interval_s: float = Field(2.0, gt=0.0, le=60.0, description="Seconds between keyframes.")
     # Frame height -> (min, max) kbit/s; a frame uses the band of the smallest height at least its own (the
-    # largest band above that). The receiver's estimate (REMB) moves the rate inside its band.
+    # largest band above that). A stream starts at its band's minimum; the receiver's estimate (REMB) moves the
+    # rate up to the maximum, and down to `estimate_floor` of the minimum (a capped or congested link).
     bitrate_kbps: dict[int, tuple[int, int]] = Field(
         default_factory=_default_bitrates,
         description=(
-            "Bitrate band (min, max kbit/s) per frame height, as a JSON object; the receiver's "
-            "estimate moves the rate inside it."
+            "Bitrate band (min, max kbit/s) per frame height, as a JSON object: a stream starts at the minimum "
+            "and the receiver's estimate moves the rate up to the maximum (down: see estimate_floor)."
+        ),
+    )
+    estimate_floor: float = Field(
+        0.5,
+        gt=0.0,
+        le=1.0,
+        description=(
+            "How far below its band's minimum the receiver's estimate may take a stream's rate, as a share of "
+            "the minimum (1: never below it)."
+        ),
+    )
+    keyframe_min_interval_s: float = Field(
+        1.0,
+        ge=0.0,
+        le=10.0,
+        description=(
+            "Keyframes asked for by the receiver (PLI/FIR) are sent at most once per this many seconds; a "
+            "request within it is answered when it ends."
         ),
     )
     threads: int = Field(1, ge=0, le=16, description="Threads per encoder; 0: FFmpeg's choice.")

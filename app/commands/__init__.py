@@ -12,6 +12,7 @@ def _commands() -> list[Register]:
     from app.commands import (
         bench,
         bench_batch,
+        bench_content,
         bench_encoder,
         bench_engines,
         bench_mesh,
@@ -56,6 +57,7 @@ def _commands() -> list[Register]:
         bench_mesh.register,
         bench_upload.register,
         bench_watermark.register,
+        bench_content.register,
         watermark.register,
         provenance.register,
         triton.register,

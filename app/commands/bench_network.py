@@ -11,6 +11,7 @@ from app.commands.bench_args import check_bench_args, print_report, text_table
 from app.errors import UserError
 from app.names import SWAP_ENGINES
 
+PATHS = ("session", "whep")
 PROFILES = ("clean", "loss1", "loss5", "burst2", "jitter40", "cap1.5", "outage3", "outage40")
 
 
@@ -39,6 +40,19 @@ def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None
         default="mesh",
         help="the server's swap engine (default mesh, the one users get)",
     )
+    p.add_argument(
+        "--paths",
+        type=names_from(PATHS, "path"),
+        default=("session",),
+        help="comma list of session (the client's own session) and whep (a WHEP viewer of a session's output, "
+        "through the relay: clean, loss5 and outage3 where asked for); default session",
+    )
+    p.add_argument(
+        "--client-recovery",
+        action="store_true",
+        help="the client's receivers give up lost packets and ask for keyframes as the server's do (as a "
+        "browser does); default: aiortc's own receivers",
+    )
     p.add_argument("--output", type=Path, default=None, help="also write the JSON here")
     p.set_defaults(func=run)
 
@@ -56,6 +70,8 @@ def run(args: argparse.Namespace) -> int:
         fps=args.fps,
         seed=args.seed,
         engine=args.engine,
+        paths=tuple(args.paths),
+        client_recovery=args.client_recovery,
     )
     try:
         result = run_network_bench(config, progress=sys.stderr.isatty())

@@ -20,6 +20,14 @@ if TYPE_CHECKING:
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
+# The content gate's policy in force, as the banner says it (docs/guides/content-gate.md).
+CONTENT_NOTES = {
+    "off": "off (SWAPCAST_CONTENT_POLICY=blur or stop checks uploads and live outputs)",
+    "blur": "blur: explicit uploads refused, live outputs covered while explicit",
+    "stop": "stop: explicit uploads refused, live sessions and streams ended",
+}
+
+
 def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
     p = sub.add_parser("serve", help="run the streaming server (web page, WebRTC, RTSP for OBS)")
     p.add_argument("--host", default=None, help="address to listen on (default 127.0.0.1; 0.0.0.0 for all)")
@@ -125,6 +133,7 @@ def run(args: argparse.Namespace) -> int:
                 print(f"  metrics     {metrics_url} (loopback only, no credentials)", flush=True)
             audit = settings.access.audit_log or "off (SWAPCAST_AUDIT_LOG=stdout or a file)"
             print(f"  audit log   {audit}", flush=True)
+            print(f"  content     {CONTENT_NOTES[state.content_policy]}", flush=True)
             print("  loading models; /readyz answers 200 once they are warm", flush=True)
         if state.ready and "ready" not in announced:
             announced.add("ready")

@@ -1,12 +1,13 @@
 """Identity enrolment: from an uploaded photo to a prepared identity and its thumbnail, and the same face choice
 again when a stored identity is prepared for another model (`app.pipeline.face_choice`)."""
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import cv2
 import numpy as np
 
+from app.content.check import ContentRefused
 from app.errors import UserError
 from app.identity.eye_state import EyeOpenness
 from app.identity.images import ImageInfo, ImageRejected, decode_image, encode_stored
@@ -84,10 +85,13 @@ def enrol_photos(
     max_pixels: int,
     face_index: int | None,
     eyes: EyeOpenness | None = None,
+    screen: Callable[[Image], None] | None = None,
 ) -> Enrolment:
     """Like `enrol` for 1-10 photos of one person (each must show one face, or the face `face_index` picks):
     the engine gets their mean embedding or the most frontal, best-exposed one (app.identity.photo_choice). A
-    photo that cannot be used is refused with its number and file name in the reason; nothing is kept."""
+    photo that cannot be used is refused with its number and file name in the reason; nothing is kept.
+    `screen`: the content gate, given each decoded photo before anything else is done with it
+    (`ContentRefused` with the photo's number when it flags one)."""
     photos: list[SourcePhoto] = []
     infos: list[ImageInfo] = []
     counts: list[int] = []
@@ -97,6 +101,12 @@ def enrol_photos(
             image, info = decode_image(upload.data, max_pixels)
         except ImageRejected as exc:
             raise ImageRejected(exc.status, prefix + exc.reason) from None
+        if screen is not None:
+            try:
+                screen(image)
+            except ContentRefused as exc:
+                exc.photo = number if len(uploads) > 1 else None
+                raise
         (faces,) = pipeline.detector.process([image])
         try:
             face = choose_face(faces, enrolled_choice(face_index))

@@ -1,7 +1,7 @@
 """The identity upload use-case: checked photos in, a stored identity out, within its owner's quota. Blocking: run
 it once on the control pool."""
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from app.identity.consent import Consent, ConsentStatement
@@ -10,6 +10,7 @@ from app.identity.eye_state import EyeOpenness
 from app.identity.quota import IdentityQuota, UsageOf
 from app.identity.store import Identity, IdentityStore
 from app.pipeline.pipeline import FramePipeline
+from app.pipeline.types import Image
 
 
 @dataclass(frozen=True)
@@ -38,13 +39,15 @@ def add_identity(
     usage_of: UsageOf,
     max_image_pixels: int,
     eyes: EyeOpenness | None,
+    screen: Callable[[Image], None] | None = None,
 ) -> Created:
     """Enrol the photos and store the identity. `QuotaExceeded` when the owner's quota has no room, checked
     before the enrolment for the count (no costly work for an owner already at the limit) and again, with the
-    bytes it adds, as one step with the creation."""
+    bytes it adds, as one step with the creation. `screen`: the content gate on each decoded photo; a flagged one
+    raises `ContentRefused` before anything is stored."""
     owner = upload.owner
     quota.check(usage_of(owner))
-    enrolment = enrol_photos(pipeline, upload.photos, max_image_pixels, upload.face_index, eyes)
+    enrolment = enrol_photos(pipeline, upload.photos, max_image_pixels, upload.face_index, eyes, screen)
     prepared = enrolment.prepared
     adding = enrolment.stored_bytes + len(enrolment.thumbnail) + prepared.nbytes
     first, *more = (photo.data for photo in upload.photos)

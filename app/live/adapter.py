@@ -3,6 +3,7 @@ ingest stream are both a `LiveOutput` to the routes, the viewers and the revocat
 
 import asyncio
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import av
@@ -12,6 +13,17 @@ from app.pipeline.identity_map import FaceSources
 from app.provenance.service import FrameMarker
 
 AudioListener = Callable[[av.AudioFrame, float], None]  # a frame and the monotonic instant it is due
+
+
+@dataclass(frozen=True)
+class LiveRequest:
+    """What a client asked of a new session or stream, besides where its frames come from."""
+
+    identity_id: str
+    source: FaceSources
+    owner: str = ""
+    label: bool | None = None  # the visible "AI-generated" label; None: the settings decide
+    own_rtsp: bool = True  # False when it publishes into a channel, which has the RTSP path
 
 
 class Watchable(Protocol):

@@ -10,12 +10,15 @@ WebRTC return's track, WHEP viewers, RTSP). A transport calls `frame_in` when a 
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
+from app.content.live import ContentGate
 from app.errors import UserError
 from app.live.counters import LiveCounters
 from app.live.frame import OutputFrame
 from app.live.hops import HopRecorder
+from app.names import FaceLostPolicy
 from app.observability import Metrics
 from app.pipeline.identity_map import FaceSources, describe_sources
 from app.pipeline.pipeline import FramePipeline
@@ -44,6 +47,7 @@ class LiveCore:
         self.identity_id = identity_id
         self.source = source
         self.marker: FrameMarker | None = None  # watermark and label of every output frame
+        self.content: ContentGate | None = None  # the content gate's schedule and policy (app.content.live)
         self.counters = LiveCounters()
         self.hops = HopRecorder(metrics.hop_seconds, kind)
         # Called with every processed image; each must return at once (they hand the frame to their own
@@ -73,6 +77,16 @@ class LiveCore:
         self.identity_id = identity_id
         self.source = source
 
+    @property
+    def face_lost(self) -> FaceLostPolicy:
+        return self._live.tracker.config.on_face_lost
+
+    def set_face_lost(self, policy: FaceLostPolicy) -> None:
+        """What this stream does with a swapped face the detector misses, from the next frame on (the server's
+        setting is only the default)."""
+        tracker = self._live.tracker
+        tracker.config = replace(tracker.config, on_face_lost=policy)  # one reference swap: safe for the worker
+
     def frame_in(self, now: float | None = None, count: int = 1) -> None:
         """`count` decoded frames arrived (a transport that counts in batches passes how many)."""
         now = time.monotonic() if now is None else now
@@ -89,8 +103,14 @@ class LiveCore:
 
     def process(self, image: Image, timer: StageTimer) -> Image:
         """Locate, swap and mark one BGR frame (on a worker thread, never the event loop): located without
-        waiting for detection where the pipeline detects in the background."""
+        waiting for detection where the pipeline detects in the background. Where the content gate is on, the
+        input and output go to its check on schedule and the output comes back as its policy has it."""
+        gate = self.content
+        sampled = gate.sample(image) if gate is not None else None
         result = self._pipeline.process_live(image, self.source, self._live, timer, self.name).image
+        if gate is not None:
+            with timer.stage("content"):
+                result = gate.apply(result, sampled)
         if self.marker is not None:
             with timer.stage("mark"):
                 result = self.marker.apply(result)
@@ -139,6 +159,8 @@ class LiveCore:
             "detections": dict(self._live.detections),
             "provenance": self.marker.describe() if self.marker else None,
             "identity_map": describe_sources(self.source),
+            "options": {"on_face_lost": self.face_lost},
+            "content": self.content.describe() if self.content is not None else None,
         }
 
     def close(self) -> None:

@@ -13,7 +13,11 @@ the encoder through `create_encoder` (installed by `install_timed_encoders`).
 
 A change of the receiver's estimate (REMB) reopens the codec, as in aiortc (setting the open context's
 bit_rate changed nothing in libx264's output: FFmpeg 8.1 through PyAV 16), but only past 25% rather than
-10%: each reopen starts with a keyframe, a burst of bits.
+10%: each reopen starts with a keyframe, a burst of bits. An estimate below the band's minimum is followed
+down to `estimate_floor` of it: under a cap below the minimum, a stream held at the minimum only fills the
+bottleneck's queue. Keyframes the receiver asks for leave at most once per `keyframe_min_interval_s` (a request
+within it is answered when it ends): each is a burst, and under a cap a burst that overflows the queue makes
+the receiver ask again.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from __future__ import annotations
 import fractions
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -39,6 +44,10 @@ FRAME_RATE = 30  # aiortc's frame clock for H.264 (its MAX_FRAME_RATE); the keyf
 X264 = "libx264"
 NVENC = "h264_nvenc"
 REOPEN_CHANGE = 0.25  # relative change of the target bitrate that reopens the codec
+# A session's encode holds this many seconds of its rate in the rate control's buffer: no frame, a keyframe
+# included, is much larger. A keyframe that does not fit a bottleneck's queue loses packets, and the receiver
+# asks for another (libwebrtc's VP8 holds a keyframe to 3 average frames; this is 6 at 30 fps).
+SESSION_BUFFER_S = 0.2
 
 
 @dataclass(frozen=True)
@@ -46,8 +55,9 @@ class BitrateBand:
     min_bps: int
     max_bps: int
 
-    def clamp(self, bps: int) -> int:
-        return max(self.min_bps, min(bps, self.max_bps))
+    def clamp(self, bps: int, floor: float = 1.0) -> int:
+        """`bps` inside the band, or down to `floor` of its minimum."""
+        return max(round(self.min_bps * floor), min(bps, self.max_bps))
 
 
 def bitrate_band(width: int, height: int, settings: EncoderSettings) -> BitrateBand:
@@ -71,12 +81,13 @@ def open_codec(
     band: BitrateBand,
     settings: EncoderSettings,
     time_base: fractions.Fraction = fractions.Fraction(1, FRAME_RATE),
+    buffer_s: float | None = None,
 ) -> VideoCodecContext:
     """An opened H.264 encoder context; raises what FFmpeg raises when the encoder cannot be opened.
 
-    The average rate (`bitrate`) follows the receiver later; the peak rate is the band's maximum, with half
-    a second of buffer (a keyframe may exceed a frame's share, a second of them may not). `time_base` is the
-    frames' own (aiortc's counts frames; WHEP's is the RTP clock)."""
+    The average rate (`bitrate`) follows the receiver later; the peak rate is the band's maximum, with a
+    buffer of `buffer_s` of the average rate (a keyframe is at most about that), or half a second of the peak
+    without it. `time_base` is the frames' own (aiortc's counts frames; WHEP's is the RTP clock)."""
     codec = av.CodecContext.create(name, "w")
     assert isinstance(codec, VideoCodecContext)
     codec.width = width
@@ -88,7 +99,8 @@ def open_codec(
     codec.gop_size = max(1, round(settings.keyframe_interval_s * FRAME_RATE))
     codec.max_b_frames = 0  # every frame is sent as soon as it is encoded
     codec.thread_count = settings.threads
-    peak = {"maxrate": str(band.max_bps), "bufsize": str(band.max_bps // 2)}
+    buffer = round(bitrate * buffer_s) if buffer_s is not None else band.max_bps // 2
+    peak = {"maxrate": str(band.max_bps), "bufsize": str(buffer)}
     if name == NVENC:
         codec.options = {
             "preset": settings.nvenc_preset,
@@ -149,6 +161,9 @@ class LiveH264Encoder(H264Encoder):
         self.settings = settings
         self._requested: int | None = None  # the receiver's estimate; None until one arrives
         self._band: BitrateBand | None = None
+        self._last_forced: float | None = None  # when the last requested keyframe was encoded (monotonic)
+        self._keyframe_owed = False
+        self.keyframes_deferred = 0
 
     @property
     def backend(self) -> str | None:
@@ -157,11 +172,12 @@ class LiveH264Encoder(H264Encoder):
 
     @property
     def target_bitrate(self) -> int:
-        """Bits per second: the receiver's estimate inside this resolution's band (its minimum until an
-        estimate arrives)."""
+        """Bits per second: the receiver's estimate inside this resolution's band, or down to `estimate_floor`
+        of its minimum (the minimum until an estimate arrives)."""
         if self._band is None:
             return self._requested or 0
-        return self._band.clamp(self._requested if self._requested is not None else self._band.min_bps)
+        requested = self._requested if self._requested is not None else self._band.min_bps
+        return self._band.clamp(requested, self.settings.estimate_floor)
 
     @target_bitrate.setter
     def target_bitrate(self, bitrate: int) -> None:
@@ -180,13 +196,30 @@ class LiveH264Encoder(H264Encoder):
             self._band = band = bitrate_band(frame.width, frame.height, self.settings)
             width, height, bitrate = frame.width, frame.height, self.target_bitrate
             self.codec = _open_best(
-                self.settings, lambda name: open_codec(name, width, height, bitrate, band, self.settings)
+                self.settings,
+                lambda name: open_codec(name, width, height, bitrate, band, self.settings, buffer_s=SESSION_BUFFER_S),
             )
         # aiortc's way: a forced keyframe on the receiver's request (PLI/FIR), otherwise the encoder decides.
+        force_keyframe = self._keyframe_due(force_keyframe)
         frame.pict_type = av.video.frame.PictureType.I if force_keyframe else av.video.frame.PictureType.NONE
         data = b"".join(bytes(packet) for packet in self.codec.encode(frame))
         if data:
             yield from self._split_bitstream(data)
+
+    def _keyframe_due(self, requested: bool, now: float | None = None) -> bool:
+        """Whether this frame is a requested keyframe: one per `keyframe_min_interval_s`; a request within the
+        interval is owed until it ends."""
+        now = time.monotonic() if now is None else now
+        owed = requested or self._keyframe_owed
+        if not owed:
+            return False
+        if self._last_forced is not None and now - self._last_forced < self.settings.keyframe_min_interval_s:
+            if requested:
+                self.keyframes_deferred += 1
+            self._keyframe_owed = True
+            return False
+        self._last_forced, self._keyframe_owed = now, False
+        return True
 
 
 _settings = EncoderSettings()

@@ -43,6 +43,7 @@ from app.media.peer import (
     codec_preferences,
     negotiated_codec,
 )
+from app.media.recovery import ReceiverGuard, guard_receiver
 from app.observability import Metrics
 from app.pipeline.identity_map import FaceSources
 from app.pipeline.pipeline import FramePipeline
@@ -59,6 +60,9 @@ PC_CLOSE_TIMEOUT_S = 5.0
 PublisherFactory = Callable[..., Any]
 
 WATCHDOG_PERIOD_S = 0.25
+# Input that resumes after a gap this long (an outage, a stall) gets a keyframe back: what the client received
+# from us just before the gap may be lost, and a browser would wait for the next scheduled one.
+RESUME_GAP_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -147,6 +151,10 @@ class Session(LiveOutput):
         self._started = time.monotonic()
         self._connected_at: float | None = None
         self._last_input = self._started
+        self._last_frame_at: float | None = None
+        self._sender: Any = None
+        self._recovery: ReceiverGuard | None = None
+        self.resumed = 0  # times the input resumed after RESUME_GAP_S or more
         self._error_logged = 0
         ice = [RTCIceServer(url) for url in config.peer.ice_servers]
         self.pc = RTCPeerConnection(RTCConfiguration(iceServers=ice))
@@ -171,6 +179,8 @@ class Session(LiveOutput):
         check_offer(offer, self._config.peer.max_remote_candidates)
         transceiver = self.pc.addTransceiver(self.output, direction="sendrecv")
         transceiver.setCodecPreferences(codec_preferences(self._config.codecs))
+        self._sender = transceiver.sender
+        self._recovery = guard_receiver(transceiver.receiver)  # a time limit on holes (app.media.recovery)
         if "\nm=audio " in offer:
             self.pc.addTransceiver(self.audio, direction="sendrecv")
         self.pc.on("track", self._on_track)
@@ -215,10 +225,19 @@ class Session(LiveOutput):
             if not isinstance(frame, av.VideoFrame):
                 continue
             now = time.monotonic()
-            self._last_input = now
+            if self._last_frame_at is not None and now - self._last_frame_at >= RESUME_GAP_S:
+                self._resume()
+            self._last_input = self._last_frame_at = now
             self.core.frame_in(now)
             self._pending.put((frame, now))
         self.request_close("track ended")
+
+    def _resume(self) -> None:
+        """The input came back after a gap: the next frame returned is a keyframe."""
+        self.resumed += 1
+        send_keyframe = getattr(self._sender, "_send_keyframe", None)  # what aiortc's sender does on PLI
+        if send_keyframe is not None:
+            send_keyframe()
 
     async def _receive_audio(self, track: MediaStreamTrack) -> None:
         with contextlib.suppress(MediaStreamError):
@@ -388,7 +407,14 @@ class Session(LiveOutput):
             "channel": self.channel,
             "close_reason": self.close_reason,
             "ice": self.ice.describe(),
+            "recovery": self.recovery_stats(),
         }
+
+    def recovery_stats(self) -> dict[str, int] | None:
+        """What the input's recovery did (app.media.recovery), and how often the input resumed after a gap."""
+        if self._recovery is None:
+            return None
+        return self._recovery.counts.as_dict() | {"input_resumed": self.resumed}
 
     def _spawn(self, coro: Awaitable[None], name: str) -> None:
         task: asyncio.Task[None] = asyncio.ensure_future(coro)
@@ -415,6 +441,8 @@ class Session(LiveOutput):
             task.cancel()
         self.output.stop()
         self.audio.stop()
+        if self._recovery is not None:
+            self._recovery.close()
         try:
             await asyncio.gather(*tasks, return_exceptions=True)
             try:

@@ -8,8 +8,10 @@ encoding again (`RTCRtpSender` hands packets to the codec's `pack`): one encode 
 of one aiortc encoder per viewer.
 
 A viewer that falls behind (its queue is full) drops what it holds and waits for the next keyframe, which
-it asks for; a new viewer asks for one too, and there is one at least every keyframe interval so
-packet loss heals without a PLI (aiortc does not pass PLIs on for packets it did not encode).
+it asks for; a new viewer asks for one too, and there is one at least every keyframe interval. A viewer's
+keyframe request (PLI/FIR: after loss or an outage) is passed to the hub, at most once per
+`VIEWER_KEYFRAME_INTERVAL_S` per viewer (aiortc's sender forgets requests for packets it did not encode; every
+viewer gets the keyframe one asked for).
 
 A viewer's connection is a peer like a session's (`app.media.peer`): its offer is checked and its candidates
 capped, its ICE bounded, its answer advertises the server's public address, and it is let go when ICE does not
@@ -87,6 +89,9 @@ class EncodedVideoTrack(PacketTrack):
         self._queue.put_nowait(packet)
 
 
+VIEWER_KEYFRAME_INTERVAL_S = 1.0
+
+
 class Viewer:
     """One WHEP viewer: its peer connection and its track."""
 
@@ -100,10 +105,14 @@ class Viewer:
         self.ice = BoundedIce(peer.ice_bounds)
         self.created = time.monotonic()
         self._closing: asyncio.Task[None] | None = None
+        self.keyframes_asked = 0  # the viewer's keyframe requests passed to the hub
+        self._last_asked: float | None = None
 
     async def negotiate(self, offer: str) -> str:
         check_offer(offer, self.peer.max_remote_candidates, Role.VIEWER)
         transceiver = self.pc.addTransceiver(self.track, direction="sendonly")
+        # What aiortc's sender calls on PLI or FIR (it would force a keyframe of an encoder it does not have here).
+        setattr(transceiver.sender, "_send_keyframe", self._keyframe_asked)  # noqa: B010 (an instance's method)
         # The shared encodes are H.264 and Opus; set before the offer is applied, so they count.
         transceiver.setCodecPreferences(codec_preferences(["H264"]))
         if "\nm=audio " in offer:
@@ -125,6 +134,13 @@ class Viewer:
         loop.call_later(self.peer.ice_timeout_s, self._ice_deadline)
         loop.call_later(CONNECT_TIMEOUT_S, self._connect_deadline)
         return answer
+
+    def _keyframe_asked(self) -> None:
+        now = time.monotonic()
+        if self._last_asked is None or now - self._last_asked >= VIEWER_KEYFRAME_INTERVAL_S:
+            self._last_asked = now
+            self.keyframes_asked += 1
+            self.hub.request_keyframe()
 
     def _ice_deadline(self) -> None:
         if not ice_up(self.pc):
@@ -157,6 +173,7 @@ class Viewer:
             "frames_sent": self.track.packets_sent,
             "frames_dropped": self.track.packets_dropped,
             "audio_packets_sent": self.audio.packets_sent if self.audio is not None else None,
+            "keyframes_asked": self.keyframes_asked,
         }
 
 

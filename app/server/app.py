@@ -14,6 +14,7 @@ from app.auth.access import Access
 from app.auth.browser import BrowserGuard
 from app.auth.guard import PUBLIC
 from app.channels.store import ChannelStore
+from app.content.settings import resolve_policy
 from app.server.address_limit import AddressLimiter, AddressLimitMiddleware, AddressLimits
 from app.server.channels import ChannelManager, ChannelOptions
 from app.server.drain import Drain, DrainGate
@@ -54,6 +55,9 @@ def create_app(
     settings = settings or ServerSettings()
     state = ServerState(settings, pipeline_factory, on_change)
     access = Access(settings.access, bind_host=settings.host, public_host=settings.public_host)
+    # The content gate: stop by default where others reach the server (off loopback, with credentials).
+    state.content_policy = resolve_policy(settings.content, served_to_others=access.configured and not access.loopback)
+    state.audit = access.audit.event
     watcher = RevocationWatcher(state, access)
     state.channels = ChannelManager(
         ChannelStore(settings.channel_store_dir()),

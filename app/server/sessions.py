@@ -7,10 +7,11 @@ import functools
 from collections.abc import Callable
 from concurrent.futures import Executor
 
+from app.content.live import ContentService
+from app.live.adapter import LiveRequest
 from app.media.peer import OfferError
 from app.media.webrtc import KIND, PublisherFactory, Session, SessionConfig
 from app.observability import Metrics
-from app.pipeline.identity_map import FaceSources
 from app.pipeline.pipeline import FramePipeline
 from app.provenance.service import Provenance
 from app.server.admission import Admission
@@ -37,9 +38,11 @@ class SessionManager:
         rtsp_url: Callable[[str], str] | None = None,
         max_per_owner: int | None = None,
         provenance: Provenance | None = None,
+        content: ContentService | None = None,
     ) -> None:
         self.pipeline = pipeline
         self._provenance = provenance
+        self._content = content
         self.config = config
         self._metrics = metrics
         # What every session of this server is made with; `open` adds its identity and source.
@@ -80,32 +83,30 @@ class SessionManager:
             raise SessionNotFound(session_id)
         return session
 
-    async def open(
-        self,
-        offer: str,
-        identity_id: str,
-        source: FaceSources,
-        owner: str = "",
-        *,
-        label: bool | None = None,
-        own_rtsp: bool = True,
-    ) -> tuple[Session, str]:
+    async def open(self, offer: str, request: LiveRequest) -> tuple[Session, str]:
         """Admit (against the global and the owner's capacity), negotiate and register a session; returns it with
         the SDP answer. Its frames carry a mark issued to it and `owner` (and the visible label if `label`, or by
         default when the settings say so). Without `own_rtsp` it gets no RTSP path of its own (it publishes into
         a channel, which has one)."""
+        owner = request.owner
         with self._admission.reserve(owner):
-            if own_rtsp:
-                session = self._new_session(identity_id=identity_id, source=source)
+            if request.own_rtsp:
+                session = self._new_session(identity_id=request.identity_id, source=request.source)
             else:
                 session = self._new_session(
-                    identity_id=identity_id, source=source, publisher_factory=None, rtsp_url=None
+                    identity_id=request.identity_id, source=request.source, publisher_factory=None, rtsp_url=None
                 )
             try:
                 if self._provenance is not None:
                     session.marker = await self._provenance.marker_async(
-                        kind="session", ref=session.id, identity=identity_id, owner=owner or None, label=label
+                        kind="session",
+                        ref=session.id,
+                        identity=request.identity_id,
+                        owner=owner or None,
+                        label=request.label,
                     )
+                if self._content is not None:
+                    session.core.content = self._content.gate(KIND, session.id, owner, _closer(session))
                 answer = await asyncio.wait_for(session.negotiate(offer), NEGOTIATION_TIMEOUT_S)
             except TimeoutError:
                 await session.close("negotiation failed")
@@ -126,3 +127,13 @@ class SessionManager:
     async def close_all(self, reason: str, grace_s: float) -> bool:
         """Refuse new sessions and close all open ones; False if some did not finish within `grace_s`."""
         return await self._admission.close_all(lambda s: s.request_close(reason), grace_s)
+
+
+def _closer(session: Session) -> Callable[[str], None]:
+    """What the content gate calls (from its own thread) to end `session` with a reason: closed on the event loop."""
+    loop = asyncio.get_running_loop()
+
+    def close(reason: str) -> None:
+        loop.call_soon_threadsafe(session.request_close, reason)
+
+    return close

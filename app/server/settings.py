@@ -10,6 +10,7 @@ from pydantic import AnyHttpUrl, Field, IPvAnyAddress, field_validator, model_va
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from app.auth.settings import AccessSettings
+from app.content.settings import ContentSettings
 from app.provenance.settings import ProvenanceSettings
 from app.server.connections import ConnectionLimits
 from app.server.ice import IceSettings
@@ -263,6 +264,9 @@ class ServerSettings(BaseSettings):
         default_factory=AccessSettings, description="Keys, JWT, hosts, CORS, audit log, TLS."
     )
     provenance: ProvenanceSettings = Field(default_factory=ProvenanceSettings, description="Watermark, label, C2PA.")
+    content: ContentSettings = Field(
+        default_factory=ContentSettings, description="The content gate (SWAPCAST_CONTENT_*)."
+    )
 
     @model_validator(mode="after")
     def _one_thread_per_model_run(self) -> "ServerSettings":

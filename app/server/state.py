@@ -14,6 +14,10 @@ from prometheus_client import CollectorRegistry
 
 from app.auth.failures import FailureDelay
 from app.channels.store import ChannelStoreError
+from app.content.check import load_content_check
+from app.content.live import Audit, ContentService
+from app.content.settings import Policy
+from app.errors import ModelError
 from app.identity.cache import IdentityCache
 from app.identity.embedder import REFERENCE, build_embedder, reference_preparer
 from app.identity.enrol import re_preparer
@@ -176,6 +180,11 @@ class ServerState:
         # Judges the eyes of uploaded photos (app.identity.photo_check): with the mesh engine, whose prepared
         # sources carry the landmarks it needs; None otherwise, or when its model cannot be had.
         self.eyes: EyeOpenness | None = None
+        # The content gate (app.content): the policy is set by the app once it knows whether others reach this
+        # server; the service is loaded with the pipeline unless the policy is off.
+        self.content_policy: Policy = "off"
+        self.content: ContentService | None = None
+        self.audit: Audit | None = None
         self.prepared_spec: PreparedSpec | None = None
         # Stored identities found damaged (id -> reason): left out of lists, refused with 409, deletable.
         self.damaged: dict[str, str] = {}
@@ -243,6 +252,9 @@ class ServerState:
             )
             if pipeline.engine.name == "mesh":
                 self.eyes = await loop.run_in_executor(self.control_executor, self._load_eyes)
+            if self.content_policy != "off":
+                self.not_ready_reason = "loading the content check"
+                self.content = await loop.run_in_executor(self.control_executor, self._load_content)
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # the server stays alive and says why it is not ready
@@ -268,6 +280,7 @@ class ServerState:
             publisher_factory=self.rtsp.publish if self.rtsp.available else None,
             rtsp_url=self.rtsp.url if self.rtsp.available else None,
             provenance=self.provenance,
+            content=self.content,
         )
         self.streams = StreamManager(
             pipeline=pipeline,
@@ -277,6 +290,7 @@ class ServerState:
             max_per_owner=s.max_streams_per_principal,
             give_up=GiveUp(attempts=s.stream_give_up_attempts, seconds=s.stream_give_up_s),
             provenance=self.provenance,
+            content=self.content,
             source_check=self.ingest_policy.check_and_probe,
         )
         self.ready = True
@@ -285,6 +299,19 @@ class ServerState:
         self.metrics.count_covered_for_model_errors_with(lambda: pipeline.covered_for_model_errors)
         log.info("ready: engine %s (%s)", pipeline.engine.name, pipeline.engine.model_key)
         self._announce()
+
+    def _load_content(self) -> ContentService:
+        """The content gate is a duty where its policy is on: without its model the server is not ready."""
+        settings = self.settings.content
+        try:
+            check = load_content_check(
+                open_model_store(self.settings.models), settings.threshold, settings.threads, settings.model_file
+            )
+        except Exception as exc:
+            raise ModelError(
+                f"the content check (SWAPCAST_CONTENT_POLICY={self.content_policy}) could not load: {exc}"
+            ) from exc
+        return ContentService(check, self.content_policy, settings.interval_s, self.metrics, self.audit)
 
     def _load_eyes(self) -> EyeOpenness | None:
         """The closed-eye check is advice, not a duty: without its model, uploads go on without it."""
@@ -365,6 +392,8 @@ class ServerState:
             self._embedder.close()
         if self.eyes is not None:
             self.eyes.close()
+        if self.content is not None:
+            self.content.close()
         if self.pipeline is not None:  # a pipeline with batchers stops their threads
             try:
                 await loop.run_in_executor(self.control_executor, self.pipeline.close)

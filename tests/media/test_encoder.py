@@ -3,6 +3,7 @@ the bitrate band hold in what it sends, and NVENC falls back to libx264 where it
 
 import logging
 import re
+import time
 from fractions import Fraction
 
 import av
@@ -66,6 +67,7 @@ def test_settings_reach_libx264(clip: list[Image]) -> None:
     assert options["bframes"] == "0" and options["rc_lookahead"] == "0"  # tune zerolatency
     assert options["rc"] == "abr" and options["bitrate"] == "800"  # the 480p band's minimum before any REMB
     assert options["vbv_maxrate"] == "3000"  # the band's maximum caps the peaks
+    assert options["vbv_bufsize"] == "160"  # 0.2 s of the rate: no frame, a keyframe included, much larger
     assert options["threads"] == "1"
     assert options["subme"] == "0" and options["me"] == "dia"  # ultrafast
     faster = LiveH264Encoder(settings.model_copy(update={"x264_preset": "veryfast"}))
@@ -83,18 +85,62 @@ def test_keyframe_interval(clip: list[Image]) -> None:
 
 def test_bitrate_stays_in_the_resolutions_band(clip: list[Image]) -> None:
     """A receiver's estimate outside the band is clamped: 10 Mbit/s asked gives at most the 480p maximum,
-    100 kbit/s asked still gives the minimum; and what is sent follows."""
+    100 kbit/s asked gives the floor (half the minimum by default; the minimum itself with estimate_floor=1);
+    and what is sent follows."""
     settings = EncoderSettings(backend="x264", x264_preset="ultrafast", bitrate_kbps={480: (1000, 2000)})
     sent = {}
-    for asked in (10_000_000, 100_000):
-        encoder = LiveH264Encoder(settings)
+    for asked, floor, expected in (
+        (10_000_000, 0.5, 2_000_000),
+        (100_000, 0.5, 500_000),
+        (100_000, 1.0, 1_000_000),
+    ):
+        encoder = LiveH264Encoder(settings.model_copy(update={"estimate_floor": floor}))
         encoder.target_bitrate = asked
         frames = encode(encoder, clip + clip)
         assert encoder.codec is not None
-        sent[asked] = sum(len(f) for f in frames[15:]) * 8 / (45 / 30)
-        assert encoder.codec.bit_rate == (2_000_000 if asked > 2_000_000 else 1_000_000)
-    assert 1_500_000 < sent[10_000_000] < 2_400_000
-    assert 700_000 < sent[100_000] < 1_300_000
+        sent[expected] = sum(len(f) for f in frames[15:]) * 8 / (45 / 30)
+        assert encoder.codec.bit_rate == expected
+    assert 1_500_000 < sent[2_000_000] < 2_400_000
+    assert 700_000 < sent[1_000_000] < 1_300_000
+    assert 300_000 < sent[500_000] < 700_000
+
+
+def test_requested_keyframes_leave_at_most_once_per_interval(clip: list[Image]) -> None:
+    """Keyframe requests (PLI/FIR) within keyframe_min_interval_s of the last answered one are answered when it
+    ends, once; the first is answered at once."""
+    settings = EncoderSettings(backend="x264", x264_preset="ultrafast", keyframe_min_interval_s=0.5)
+    encoder = LiveH264Encoder(settings)
+    encode(encoder, clip[:2])
+
+    def requested(index: int) -> bool:
+        frame = av.VideoFrame.from_ndarray(clip[index % len(clip)], format="bgr24")
+        frame.pts, frame.time_base = index * 3000, Fraction(1, 90000)
+        payloads, _ = encoder.encode(frame, force_keyframe=True)
+        return 5 in nal_types(b"".join(h264_depayload(p) for p in payloads))
+
+    assert requested(2), "the first request is answered at once"
+    assert not any(requested(i) for i in range(3, 8)), "the storm that follows is not"
+    assert encoder.keyframes_deferred == 5
+    time.sleep(0.55)
+    frames = encode(encoder, clip[8:10], 8)
+    assert 5 in nal_types(frames[0]) and 5 not in nal_types(frames[1]), "one owed keyframe when the interval ends"
+
+
+def test_a_requested_keyframe_fits_a_fifth_of_a_second_of_the_rate() -> None:
+    """At 720p and 1.2 Mbit/s (a stream settled under a 1.5 Mbit/s cap) a keyframe asked for mid-stream is
+    about 0.2 s of the rate, so it fits a 150 ms queue at the cap (with half a second of the band's maximum
+    as buffer it was 69 KB, 3 times that queue)."""
+    still = load_sample("astronaut")
+    clip = make_motion_clip(still, size=(1280, 720), frames=50, focus=(450.0, 236.0), noise_sigma=3.0, seed=1)
+    encoder = LiveH264Encoder(EncoderSettings(backend="x264", x264_preset="superfast", threads=1))
+    encoder.target_bitrate = 1_200_000
+    frames = encode(encoder, clip.frames[:45])
+    frame = av.VideoFrame.from_ndarray(clip.frames[45], format="bgr24")
+    frame.pts, frame.time_base = 45 * 3000, Fraction(1, 90000)
+    payloads, _ = encoder.encode(frame, force_keyframe=True)
+    keyframe = b"".join(h264_depayload(p) for p in payloads)
+    assert 5 in nal_types(keyframe)
+    assert len(keyframe) * 8 <= 1.5 * 0.2 * 1_200_000, (len(keyframe), [len(f) for f in frames[-5:]])
 
 
 def test_bitrate_band_choice() -> None:

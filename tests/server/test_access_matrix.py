@@ -326,12 +326,18 @@ CASES: dict[tuple[str, str], Case] = {
     ("PATCH", "/v1/sessions/{session_id}"): Case(
         item("PATCH", "/v1/sessions/{}", World.session, json=lambda w: {"identity": w.identity()}), 200, 404
     ),
+    ("PATCH", "/v1/sessions/{session_id}/options"): Case(
+        item("PATCH", "/v1/sessions/{}/options", World.session, json={"on_face_lost": "cover"}), 200, 404
+    ),
     ("DELETE", "/v1/sessions/{session_id}"): Case(item("DELETE", "/v1/sessions/{}", World.session), 204, 404),
     ("POST", "/v1/streams"): Case(streams_post, 201, 404),
     ("GET", "/v1/streams"): Case(listing("streams", World.stream), 200, 200, check_list="streams"),
     ("GET", "/v1/streams/{stream_id}"): Case(item("GET", "/v1/streams/{}", World.stream), 200, 404),
     ("PATCH", "/v1/streams/{stream_id}"): Case(
         item("PATCH", "/v1/streams/{}", World.stream, json=lambda w: {"identity": w.identity()}), 200, 404
+    ),
+    ("PATCH", "/v1/streams/{stream_id}/options"): Case(
+        item("PATCH", "/v1/streams/{}/options", World.stream, json={"on_face_lost": "cover"}), 200, 404
     ),
     ("DELETE", "/v1/streams/{stream_id}"): Case(item("DELETE", "/v1/streams/{}", World.stream), 204, 404),
     ("POST", "/v1/sessions/{session_id}/whep"): Case(whep_post("sessions", World.session), 201, 404, viewer=201),

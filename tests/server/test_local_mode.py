@@ -100,6 +100,7 @@ def test_a_non_loopback_bind_with_a_key_starts_and_says_keys_are_needed(tmp_path
     try:
         lines = first_lines(proc, "  loading models")
         assert any(line.startswith("  access      Authorization: Bearer, API keys (1 active") for line in lines), lines
+        assert "  content     stop: explicit uploads refused, live sessions and streams ended" in lines, lines
     finally:
         stop(proc)
 
@@ -130,6 +131,7 @@ def test_loopback_without_credentials_runs_as_the_local_principal(tmp_path: Path
             "  access      local mode: no keys or tokens configured, every request here acts as the local principal"
             in lines
         )
+        assert any(line.startswith("  content     off (SWAPCAST_CONTENT_POLICY=") for line in lines), lines
     finally:
         stop(proc)
 

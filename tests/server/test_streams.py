@@ -12,7 +12,7 @@ from app.pipeline.factory import build_pipeline
 from app.pipeline.pipeline import FramePipeline
 from app.pipeline.types import Image
 from app.runtime.batcher import BatcherError
-from app.server.streams import Stream
+from app.server.streams import Stream, StreamOrigin
 from app.settings import PipelineSettings
 from engines.store import ModelStore
 
@@ -24,7 +24,7 @@ def dropped(metrics: Metrics, reason: str) -> float:
 
 def stream_on(pipeline: FramePipeline, metrics: Metrics) -> Stream:
     source = pipeline.prepare_source(load_sample("tom_hanks"))
-    return Stream(source_url="/clip.mp4", identity_id="tom", source=source, pipeline=pipeline, metrics=metrics)
+    return Stream(StreamOrigin.of("/clip.mp4"), "tom", source, pipeline=pipeline, metrics=metrics)
 
 
 def test_a_frame_that_fails_is_counted_as_an_error_drop(store: ModelStore, astronaut: Image) -> None:

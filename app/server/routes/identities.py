@@ -12,8 +12,10 @@ from pydantic import BaseModel, field_serializer
 from starlette.datastructures import UploadFile
 from starlette.formparsers import MultiPartException, MultiPartParser
 
+from app.auth.access import Access
 from app.auth.guard import AccessDep, IdentitiesRead, IdentitiesWrite, client_address
 from app.auth.principal import Principal
+from app.content.check import ContentRefused
 from app.identity.consent import Consent, ConsentStatement
 from app.identity.enrol import Upload
 from app.identity.images import sniff_format
@@ -126,8 +128,11 @@ async def create_identity(
                 usage_of=state.identity_usage,
                 max_image_pixels=settings.max_image_pixels,
                 eyes=state.eyes,
+                screen=state.content.screen if state.content is not None else None,
             ),
         )
+    except ContentRefused as exc:
+        raise _content_refused(exc, principal, access) from None
     except StoreFull as exc:
         state.metrics.store_full.labels("identities").inc()
         log.error("identity upload refused: no room on the disk of %s (%s)", state.store.root, exc.__cause__)
@@ -141,6 +146,23 @@ async def create_identity(
         consent=identity.consent.to_json() if identity.consent else None,
     )
     return IdentityOut.of(identity, enrolment.prepared.model_key, enrolment.warnings, enrolment.photo_used)
+
+
+def _content_refused(exc: ContentRefused, principal: Principal, access: Access) -> HTTPException:
+    """422 for a photo the content gate flagged, audited; only admin hears the score."""
+    access.audit.event(
+        "identity_refused",
+        owner=principal.id,
+        reason="content",
+        photo=exc.photo,
+        score=round(exc.score, 4),
+        threshold=exc.threshold,
+    )
+    which = "the photo" if exc.photo is None else f"photo {exc.photo}"
+    reason = f"{which} was refused by this server's content policy (sexually explicit material is not accepted)"
+    if principal.is_admin:
+        reason += f"; score {exc.score:.4f}, threshold {exc.threshold}"
+    return HTTPException(422, reason)
 
 
 async def _read_upload(request: Request, owner: str, max_upload_bytes: int) -> IdentityUpload:

@@ -1,19 +1,31 @@
-"""What sessions and streams answer alike: the caller's list, one output's stats, and switching its identity or
+"""What sessions and streams answer alike: the caller's list, one output's stats, switching its identity or
 identity map live (`{"identity": ID}` or `{"map": [{"person": ID, "identity": ID}], "match_threshold": 0.92}`,
-only the owner's identities; admin: any), from the next frame on."""
+only the owner's identities; admin: any), and its live options, from the next frame on."""
 
 from enum import Enum
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Path
+from pydantic import BaseModel, ConfigDict
 
 from app.auth.guard import AccessDep
 from app.auth.principal import Principal
+from app.names import FaceLostPolicy
 from app.server.deps import StateDep
 from app.server.identity_maps import SourceChoice, sources_for
 from app.server.outputs import OUTPUT_KINDS, OutputKind
 
 router = APIRouter()
+
+
+class LiveOptions(BaseModel):
+    """Options of one live output; each left out stays as it is. `on_face_lost`: what a swapped face the
+    detector misses gets (`hold`: swapped where the tracker predicts it, then covered; `cover`: pixelated;
+    `pass`: shown as it is); the server's `SWAPCAST_ON_FACE_LOST` is the default."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    on_face_lost: FaceLostPolicy | None = None
 
 
 def add_routes(kind: OutputKind) -> None:
@@ -39,6 +51,16 @@ def add_routes(kind: OutputKind) -> None:
             state, principal, output.source, change.identity, change.map, change.match_threshold
         )
         output.switch(chosen, source)
+        return output.stats()
+
+    @router.patch(kind.path("/options"), tags=tags, name=f"set_{kind.singular}_options")
+    async def set_options(
+        output_id: OutputId, options: LiveOptions, principal: User, access: AccessDep, state: StateDep
+    ) -> dict[str, Any]:
+        """Change the output's live options (its owner or admin), from the next frame on."""
+        output = kind.owned(state, output_id, principal, access)
+        if options.on_face_lost is not None:
+            output.core.set_face_lost(options.on_face_lost)
         return output.stats()
 
 

@@ -6,6 +6,7 @@ from fastapi import APIRouter, HTTPException, Path, Query, Request, Response
 
 from app.auth.guard import AccessDep, SessionsUser, client_address
 from app.identity.store import IdentityNotFound
+from app.live.adapter import LiveRequest
 from app.pipeline.identity_map import identities_of
 from app.server.channels import CHANNEL_NAME_MAX
 from app.server.deps import RevocationDep, SessionsDep, StateDep
@@ -60,7 +61,8 @@ async def create_session(
         raise HTTPException(400, "the offer contains NUL characters")
     chosen, source = await sources_for(state, principal, None, identity or None, entries, match_threshold)
     target = owned_channel(state, channel, principal, access) if channel is not None else None
-    session, answer = await sessions.open(offer, chosen, source, principal.id, label=label, own_rtsp=target is None)
+    wanted = LiveRequest(chosen, source, owner=principal.id, label=label, own_rtsp=target is None)
+    session, answer = await sessions.open(offer, wanted)
     revocation.output_started(session, principal)
     for used in sorted({chosen} | identities_of(source)):
         if not state.store.exists(used):  # deleted while this session was negotiated

@@ -10,6 +10,7 @@ from fastapi import APIRouter, HTTPException, Path, Request, Response
 from pydantic import Field
 
 from app.auth.guard import AccessDep, StreamsUser, client_address
+from app.live.adapter import LiveRequest
 from app.server.channels import CHANNEL_NAME_MAX
 from app.server.deps import RevocationDep, StateDep, StreamsDep
 from app.server.identity_maps import SourceChoice, sources_for
@@ -17,6 +18,7 @@ from app.server.ingest_policy import CheckedSource
 from app.server.outputs import owned_channel
 from app.server.owned import owned_stream
 from app.server.settings import ServerSettings
+from app.server.streams import StreamOrigin
 
 router = APIRouter(prefix="/v1/streams", tags=["streams"])
 
@@ -78,16 +80,9 @@ async def create_stream(
         state, principal, None, request.identity, request.map, request.match_threshold
     )
     target = owned_channel(state, request.channel, principal, access) if request.channel is not None else None
-    checked = await _checked(state, source_url)
+    origin = StreamOrigin.of(source_url, await _checked(state, source_url))
     stream = await streams.open(
-        checked.connect_url,
-        chosen,
-        source,
-        display_url=checked.display_url,
-        owner=principal.id,
-        requested_url=source_url,
-        label=request.label,
-        own_rtsp=target is None,
+        origin, LiveRequest(chosen, source, owner=principal.id, label=request.label, own_rtsp=target is None)
     )
     revocation.output_started(stream, principal)
     if target is not None:
@@ -98,10 +93,10 @@ async def create_stream(
     return stream.stats()
 
 
-async def _checked(state: StateDep, source_url: str) -> CheckedSource:
-    """Live sources through the host policy (resolved once, off the event loop); local files as they are."""
+async def _checked(state: StateDep, source_url: str) -> CheckedSource | None:
+    """Live sources through the host policy (resolved once, off the event loop); none for local files."""
     if "://" not in source_url:
-        return CheckedSource(source_url, source_url, "")
+        return None
     loop = asyncio.get_running_loop()
     return await loop.run_in_executor(state.control_executor, state.ingest_policy.check_and_probe, source_url)
 
@@ -112,8 +107,8 @@ async def restart_stream(
 ) -> dict[str, Any]:
     """Start a failed stream again, its source checked against the host policy again (its owner or admin only)."""
     stream = owned_stream(streams, stream_id, principal, access)
-    checked = await _checked(state, stream.requested_url)
-    return (await streams.restart(stream_id, checked.connect_url)).stats()
+    checked = await _checked(state, stream.origin.requested_url)
+    return (await streams.restart(stream_id, None if checked is None else checked.connect_url)).stats()
 
 
 @router.delete("/{stream_id}", status_code=204)

@@ -72,6 +72,19 @@ def _model_check(store: ModelStore, label: str, name: str, importer: str, fix: s
     return Check(label, "missing", f"{name} is not imported and cannot be ({importer} is not installed)", fix)
 
 
+def _hand_check(settings: ServerSettings, store: ModelStore) -> Check:
+    """The occlusion stage's hand model, as SWAPCAST_OCCLUSION uses it (app.pipeline.factory.build_hand_finder)."""
+    label, mode, name = "hand model (occlusion)", settings.pipeline.occlusion, settings.pipeline.hand_model
+    fix = f"pip install 'swapcast[mesh-import]' (and npm), then swapcast models import {name}"
+    if mode == "off":
+        return Check(label, "ok", "occlusion is off (SWAPCAST_OCCLUSION=off)")
+    if store.status(name) == "verified":
+        return Check(label, "ok", f"{name} verified in {store.root}: hands are kept in front of faces")
+    if mode == "auto":
+        return Check(label, "warn", f"{name} is not imported: hands in front of faces are painted over", fix)
+    return _model_check(store, label, name, "tflite2onnx", fix)
+
+
 def check_models(settings: ServerSettings, store: ModelStore) -> list[Check]:
     pipeline = settings.pipeline
     mesh_fix = "pip install 'swapcast[mesh-import]', then swapcast models import face_mesh_468 iris_landmark"
@@ -85,6 +98,7 @@ def check_models(settings: ServerSettings, store: ModelStore) -> list[Check]:
         ),
         _model_check(store, "mesh landmarks", pipeline.landmark_model, "tflite2onnx", mesh_fix),
         _model_check(store, "iris model (closed-eye check)", "iris_landmark", "tflite2onnx", mesh_fix),
+        _hand_check(settings, store),
     ]
     try:
         present = [

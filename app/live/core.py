@@ -14,6 +14,7 @@ from dataclasses import replace
 from typing import Any
 
 from app.content.live import ContentGate
+from app.errors import UserError
 from app.live.counters import LiveCounters
 from app.live.frame import OutputFrame
 from app.live.hops import HopRecorder
@@ -56,6 +57,20 @@ class LiveCore:
         self._metrics = metrics
         self._live = pipeline.new_live_stream()
         self._lock = threading.Lock()  # counters are touched from the transport's and the worker's threads
+
+    def set_occlusion(self, enabled: bool) -> None:
+        """Keep hands in front of this stream's faces (True) or paste faces whole, from the next frame on; a
+        UserError where the server runs without the occlusion stage."""
+        if enabled and self._pipeline.hands is None:
+            raise UserError(
+                "occlusion is not available on this server: SWAPCAST_OCCLUSION is off, or the hand model is not "
+                "imported (swapcast models import hand_landmark)"
+            )
+        self._live.tracker.occlusion = enabled
+
+    def occlusion_stats(self) -> dict[str, Any]:
+        available = self._pipeline.hands is not None
+        return {"enabled": available and self._live.tracker.occlusion, "available": available}
 
     def switch(self, identity_id: str, source: FaceSources) -> None:
         """Use another identity (or map) from the next frame on."""

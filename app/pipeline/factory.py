@@ -13,6 +13,7 @@ from app.pipeline.enhance import EnhanceConfig, RealEsrganEnhancer
 from app.pipeline.landmarks import FaceMeshLandmarker
 from app.pipeline.mesh import MeshConfig, MeshEngine
 from app.pipeline.mouth import MouthKeepingEngine
+from app.pipeline.occlusion import HandFinder
 from app.pipeline.paste import PasteConfig
 from app.pipeline.pipeline import FramePipeline, PipelineConfig, Stages
 from app.pipeline.recognize import ArcFaceRecognizer
@@ -61,6 +62,17 @@ def load_batchable(store: ModelStore, name: str, settings: PipelineSettings) -> 
 
 def load_landmarker(store: ModelStore, settings: PipelineSettings) -> FaceMeshLandmarker:
     return FaceMeshLandmarker(load_model(store, settings.landmark_model, settings))
+
+
+def build_hand_finder(settings: PipelineSettings, store: ModelStore) -> HandFinder | None:
+    """The occlusion stage `settings.occlusion` asks for: `hands` imports `settings.hand_model` when missing (a
+    ModelError where it cannot); `auto` uses it only where it is in the store already; `off` is None."""
+    if settings.occlusion == "off":
+        return None
+    if settings.occlusion == "auto" and store.status(settings.hand_model) != "verified":
+        return None
+    local = settings.model_copy(update={"backend": settings.local_backend})
+    return HandFinder(load_model(store, settings.hand_model, local))
 
 
 def build_swap_engine(settings: PipelineSettings, store: ModelStore) -> SwapEngine:
@@ -114,6 +126,7 @@ def build_pipeline(
     local = settings.model_copy(update={"backend": settings.local_backend})
     detector = RetinaFaceDetector(load_model(store, settings.detector_model, local), detect_config)
     engine = build_swap_engine(settings, store)
+    hands = build_hand_finder(settings, store)
     crops: list[Stage[Image, Image]] = []
     if settings.enhancer_model:
         scale = get_entry(settings.enhancer_model).scale or 1
@@ -139,9 +152,9 @@ def build_pipeline(
     )
     if batching is None:
         if not live:
-            return FramePipeline(detector, engine, crops, config)
+            return FramePipeline(detector, engine, crops, config, hands=hands)
         frames = RetinaFaceDetector(detector.model, replace(detect_config, size=settings.live_detect_size))
-        return FramePipeline(detector, engine, config=config, stages=Stages(frames, engine, tuple(crops)))
+        return FramePipeline(detector, engine, config=config, stages=Stages(frames, engine, tuple(crops)), hands=hands)
 
     def batched(stage: Stage[In, Out], max_batch: int, name: str | None = None) -> BatchedStage[In, Out]:
         return BatchedStage(stage, BatchSettings.from_settings(batching, max_batch), registry, name=name)
@@ -157,4 +170,4 @@ def build_pipeline(
         swap=batched(engine, batching.swap_max_batch, "swap"),
         crops=[batched(stage, batching.enhance_max_batch) for stage in crops],
     )
-    return FramePipeline(detector, engine, config=config, stages=stages)
+    return FramePipeline(detector, engine, config=config, stages=stages, hands=hands)

@@ -34,6 +34,9 @@ class PasteItem:
     swapped: Image
     matrix: Matrix
     target: Image
+    # How much of each pixel of `swapped` the original frame keeps (float32 0..1, the crop's size): a hand in
+    # front of the face (app.pipeline.occlusion); None: nothing in front.
+    keep: np.ndarray | None = None
 
 
 # The face proper in arcface_128 crops (eyes at y≈0.40, mouth at y≈0.72): brows to chin, cheek to cheek.
@@ -149,6 +152,8 @@ class PasteBack:
             part = self.corrected(item, (sx0, sy0, sx1, sy1))
             face = cv2.warpAffine(part, inverse, dsize, flags=cv2.INTER_LINEAR)
             mask = self._mask(size)[sy0:sy1, sx0:sx1]
+            if item.keep is not None:
+                mask = mask * (1.0 - item.keep[sy0:sy1, sx0:sx1])
             alpha = np.asarray(cv2.warpAffine(mask, inverse, dsize, flags=cv2.INTER_LINEAR), np.float32)
             roi = out[y0:y1, x0:x1]
             out[y0:y1, x0:x1] = cv2.blendLinear(face, roi, alpha, 1.0 - alpha)

@@ -20,10 +20,12 @@ from app.pipeline.cover import pixelate
 from app.pipeline.detect import RetinaFaceDetector
 from app.pipeline.face_choice import FaceChoice, choose_face
 from app.pipeline.identity_map import PENDING, FaceSources, MappedFaces
-from app.pipeline.landmarks import Mesh
+from app.pipeline.landmarks import Mesh, five_points
 from app.pipeline.live import LiveTracking
-from app.pipeline.mesh_track import MeshTracking, TracksLandmarks, mesh_in, unfound_as_lost
+from app.pipeline.mesh_track import MeshTracking, TracksLandmarks, eye_distance, mesh_in, unfound_as_lost
+from app.pipeline.occlusion import HandFinder, HandTracking, Points, hand_mask
 from app.pipeline.paste import PasteBack, PasteConfig, PasteItem
+from app.pipeline.smoothing import LandmarkSmoother, SmoothingConfig
 from app.pipeline.stage import DEFAULT_SESSION, Stage
 from app.pipeline.swap import PreparedSource, SwapEngine, SwapItem
 from app.pipeline.timing import StageTimer
@@ -48,6 +50,8 @@ class PipelineConfig:
     live_detect_background: bool = True  # live frames do not wait for scheduled detections (app.pipeline.live)
     # Engines that take dense landmarks (mesh) follow them from each face's previous frame (app.pipeline.mesh_track)
     track_landmarks: bool = True
+    # Tracked dense landmarks are One-Euro filtered per face (app.pipeline.smoothing); None: not smoothed
+    smoothing: SmoothingConfig | None = field(default_factory=SmoothingConfig)
 
 
 @dataclass(frozen=True)
@@ -87,6 +91,7 @@ class FramePipeline:
         crops: Sequence[Stage[Image, Image]] = (),
         config: PipelineConfig | None = None,
         stages: Stages | None = None,
+        hands: HandFinder | None = None,
     ) -> None:
         if stages is not None and crops:
             raise ValueError("give the crop stages inside `stages`, not beside them")
@@ -95,6 +100,7 @@ class FramePipeline:
         self.config = config or PipelineConfig()
         self.paster = PasteBack(self.config.paste)
         self.stages = stages or Stages(detector, engine, tuple(crops))
+        self.hands = hands  # occlusion: hands in front of faces are kept (None: off)
         # Live frames handed on with every face covered because a model could not run (its server away).
         self.covered_for_model_errors = 0
         self._detect_executor: ThreadPoolExecutor | None = None
@@ -108,6 +114,8 @@ class FramePipeline:
             stage.close()
         self.detector.close()
         self.engine.close()
+        if self.hands is not None:
+            self.hands.close()
 
     def new_stream(self) -> FaceTracker:
         """Per-stream state for video: tracking and detection interval."""
@@ -195,6 +203,7 @@ class FramePipeline:
                 tracker.request_detection()
             if tracker.config.on_face_lost != "pass":
                 located, chosen, found = unfound_as_lost(located, chosen, found)
+            chosen, found = self._smoothed(tracker, chosen, found)
             meshes = [mesh for frame_meshes in found for mesh in frame_meshes]
         frames, chosen, face_sources, meshes = self._sources(source, frames, chosen, meshes, timer)
         with timer.stage("align"):
@@ -210,6 +219,7 @@ class FramePipeline:
             if swapped:
                 with timer.stage(stage.name):
                     swapped = stage.process(swapped, session=session)
+        hands = self._hands(frames, aligned, tracker, timer)
         with timer.stage("paste"):
             items: list[list[PasteItem]] = [[] for _ in frames]
             if tracker is not None:  # lost faces first: what covers them is from before this batch
@@ -217,13 +227,60 @@ class FramePipeline:
                     self._cover_lost(tracker, frame, faces, frame_items)
                     for frame, faces, frame_items in zip(frames, located, items, strict=True)
                 ]
-            for face, crop in zip(aligned, swapped, strict=True):
-                item = self._paste_item(face, crop)
+            for face, crop, hand in zip(aligned, swapped, hands, strict=True):
+                item = self._paste_item(face, crop, hand)
                 items[face.frame_index].append(item)
                 if tracker is not None:
                     tracker.remember(face.face.track_id, item)
             images = self.paster.process(list(zip(frames, items, strict=True)))
         return [FrameResult(image, faces) for image, faces in zip(images, chosen, strict=True)]
+
+    def _hands(
+        self, frames: list[Image], aligned: list[AlignedFace], tracker: FaceTracker | None, timer: StageTimer
+    ) -> list[Points | None]:
+        """Each aligned face's hand in front of it (None: none, or occlusion off): with a tracker, looked for on
+        its schedule and carried between looks (app.pipeline.occlusion.HandTracking); else looked for now."""
+        if self.hands is None or not aligned or (tracker is not None and not tracker.occlusion):
+            return [None] * len(aligned)
+        with timer.stage("occlusion"):
+            found: list[Points | None] = []
+            for index, frame in enumerate(frames):
+                faces = [a.face for a in aligned if a.frame_index == index]
+                if not faces:
+                    continue
+                if tracker is None:
+                    found.extend(self.hands.hands(frame, faces, [None] * len(faces)))
+                    continue
+                if tracker.hands is None:
+                    tracker.hands = HandTracking(self.hands.config)
+                found.extend(tracker.hands.hands(self.hands, frame, faces))
+            return found
+
+    def _smoothed(
+        self, tracker: FaceTracker, chosen: list[list[Face]], found: list[list[Mesh | None]]
+    ) -> tuple[list[list[Face]], list[list[Mesh | None]]]:
+        """The tracked meshes One-Euro filtered per face, and each face's five points taken from its filtered mesh
+        (both the crop's framing and the warp follow the smoothed points)."""
+        if self.config.smoothing is None:
+            return chosen, found
+        if tracker.smoother is None:
+            tracker.smoother = LandmarkSmoother(self.config.smoothing)
+        smoother = tracker.smoother
+        out_faces: list[list[Face]] = []
+        out_meshes: list[list[Mesh | None]] = []
+        for faces, meshes in zip(chosen, found, strict=True):
+            frame_faces: list[Face] = []
+            frame_meshes: list[Mesh | None] = []
+            for face, mesh in zip(faces, meshes, strict=True):
+                if mesh is not None:
+                    mesh = smoother.smooth(face.track_id, mesh, eye_distance(face.landmarks))
+                    face = replace(face, landmarks=five_points(mesh))
+                frame_faces.append(face)
+                frame_meshes.append(mesh)
+            out_faces.append(frame_faces)
+            out_meshes.append(frame_meshes)
+        smoother.forget_except({face.track_id for faces in chosen for face in faces})
+        return out_faces, out_meshes
 
     def _landmark_tracking(self, tracker: FaceTracker | None) -> MeshTracking | None:
         """The stream's landmark chains, when its engine takes tracked landmarks."""
@@ -282,7 +339,7 @@ class FramePipeline:
             items.extend(item for _, item in lost_swapped)
         return pixelate(frame, [face for face, _ in lost_swapped])
 
-    def _paste_item(self, face: AlignedFace, crop: Image) -> PasteItem:
+    def _paste_item(self, face: AlignedFace, crop: Image, hand: Points | None = None) -> PasteItem:
         """Size the (possibly super-resolved) crop to the face's size in the frame: detail beyond the
         frame's own resolution would only alias when warped down."""
         base = face.crop.shape[0]
@@ -290,7 +347,11 @@ class FramePipeline:
         wanted = int(np.clip(round(base / matrix_scale(face.matrix)), base, size))
         if wanted < size:
             crop = np.asarray(cv2.resize(crop, (wanted, wanted), interpolation=cv2.INTER_AREA), np.uint8)
-        return PasteItem(crop, face.matrix * (crop.shape[0] / base), face.crop)
+        matrix = face.matrix * (crop.shape[0] / base)
+        keep = None
+        if hand is not None and self.hands is not None:
+            keep = hand_mask([hand], matrix, crop.shape[0], self.hands.config)
+        return PasteItem(crop, matrix, face.crop, keep)
 
     def swap_image(self, image: Image, source: FaceSources) -> FrameResult:
         return self.process([image], source)[0]

@@ -19,7 +19,9 @@ import numpy as np
 
 from app.names import FaceLostPolicy
 from app.pipeline.mesh_track import MeshTracking
+from app.pipeline.occlusion import HandTracking
 from app.pipeline.paste import PasteItem
+from app.pipeline.smoothing import LandmarkSmoother
 from app.pipeline.types import Face, FaceStatus, Image
 
 # A face's region is compared between frames as a 32×32 grey thumbnail (tens of µs): its shift is measured by
@@ -163,6 +165,9 @@ class FaceTracker:
         # The engine's landmark chains for this stream's faces, when its engine tracks landmarks (the pipeline
         # makes them on first use): all of one stream's state lives with its tracker.
         self.landmarks: MeshTracking | None = None
+        self.hands: HandTracking | None = None  # hands found over its faces, when occlusion is on
+        self.occlusion = True  # this stream keeps hands in front (where the pipeline has the stage); users switch it
+        self.smoother: LandmarkSmoother | None = None  # its faces' landmark filters, when they are smoothed
 
     # When to detect: decided here only; the pipeline (files, batches) and live streams ask.
     def needs_detection(self, frame: Image, offset: int = 0) -> bool:

@@ -203,6 +203,35 @@ async function loadThumbnail(img, id) {
   } catch (_) { /* no thumbnail: the name is still shown */ }
 }
 
+// Hands in front of the face: the session's occlusion, switched from the next frame (PATCH .../occlusion).
+async function applyOcclusion() {
+  if (!page.sessionUrl) return;
+  const box = $("occlusion-toggle");
+  const response = await api(`${page.sessionUrl}/occlusion`, {
+    method: "PATCH",
+    headers: { "Content-Type": "application/json" },
+    body: JSON.stringify({ enabled: box.checked }),
+  });
+  if (response.ok) {
+    setStatus($("session-status"), box.checked ? "hands kept in front" : "faces pasted whole");
+  } else {
+    setStatus($("session-status"), `occlusion: ${await errorText(response)}`, true);
+    box.checked = false;
+  }
+}
+
+// A new session starts with occlusion on where the server has it: keep the box's choice, show what is there.
+async function syncOcclusion() {
+  const box = $("occlusion-toggle");
+  if (!page.sessionUrl) return;
+  if (!box.checked) return applyOcclusion();
+  const response = await api(`${page.sessionUrl}/occlusion`);
+  if (!response.ok) return;
+  const state = await response.json();
+  box.checked = state.enabled;
+  box.disabled = !state.available;
+}
+
 async function selectIdentity(id) {
   page.selected = id;
   renderIdentities();
@@ -474,6 +503,7 @@ async function connect() {
     await pc.setRemoteDescription({ type: "answer", sdp: await response.text() });
     if (!current()) return;
     await applyOptions(sessionUrl);
+    syncOcclusion().catch(() => {});
     showRtsp();
     page.statsTimer = setInterval(updateStats, 1000);
     page.timers.connect = setTimeout(() => {
@@ -722,6 +752,7 @@ for (const choice of document.querySelectorAll("#whose input[name=whose]")) {
 $("person-select").addEventListener("change", switchLive);
 $("face-lost-select").addEventListener("change", () => applyOptions(page.sessionUrl).catch(() => {}));
 $("start-button").addEventListener("click", start);
+$("occlusion-toggle").addEventListener("change", () => applyOcclusion().catch(() => {}));
 $("stop-button").addEventListener("click", stop);
 $("channel-input").value = new URLSearchParams(location.search).get("channel") || "";
 $("copy-rtsp").addEventListener("click", () => navigator.clipboard.writeText(page.rtspUrl || ""));

@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import re
 import struct
-import subprocess
 import tarfile
 import tempfile
 from collections.abc import Iterator
@@ -24,6 +23,7 @@ import numpy as np
 
 from engines.atomic import atomic_path
 from engines.errors import ModelError
+from engines.importers import npm_package
 
 NPM_PACKAGE = "@mediapipe/face_mesh"
 NPM_VERSION = "0.4.1657299874"
@@ -119,20 +119,7 @@ def asset_from_package(tarball: Path) -> bytes:
 
 def npm_pack(work: Path) -> Path:
     """``npm pack`` the pinned package into ``work`` and return the tarball."""
-    try:
-        done = subprocess.run(
-            ["npm", "pack", f"{NPM_PACKAGE}@{NPM_VERSION}", "--pack-destination", str(work)],
-            capture_output=True,
-            text=True,
-            timeout=600,
-            check=False,
-        )
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise ModelError(f"cannot run npm to fetch {NPM_PACKAGE} ({exc})") from None
-    tarballs = sorted(work.glob("mediapipe-face_mesh-*.tgz"))
-    if done.returncode != 0 or not tarballs:
-        raise ModelError(f"npm pack {NPM_PACKAGE}@{NPM_VERSION} failed: {done.stderr.strip()[-300:]}")
-    return tarballs[0]
+    return npm_package.npm_pack(NPM_PACKAGE, NPM_VERSION, work)
 
 
 def geometry_document(vertices: np.ndarray, triangles: np.ndarray) -> dict[str, object]:

@@ -20,6 +20,7 @@ CAPABILITIES = (
     "face detector",
     "mesh landmarks",
     "iris model",
+    "hand model (occlusion)",
     "swap weights",
     "identity maps",
     "NVIDIA GPU",

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from app.cli import main
+from app.commands.models import default_imports
 from engines.registry import MODELS
 
 
@@ -108,3 +109,12 @@ def test_console_script(model_dir: Path, capsys: pytest.CaptureFixture[str]) -> 
     rows = {row["name"]: row for row in json.loads(done.stdout)}
     assert rows["retinaface_mnet025"]["status"] == "verified"
     assert rows["retinaface_mnet025"]["path"] == str(model_dir / "retinaface_mnet025.onnx")
+
+
+def test_import_all_leaves_out_npm_models_where_npm_is_missing(capsys: pytest.CaptureFixture[str]) -> None:
+    everything = {e.name for e in default_imports(have_npm=True)}
+    assert {"hand_landmark", "hand_landmark_lite", "face_mesh_468"} <= everything
+    without = {e.name for e in default_imports(have_npm=False)}
+    assert without == everything - {"hand_landmark", "hand_landmark_lite"}
+    err = capsys.readouterr().err
+    assert "skipped hand_landmark, hand_landmark_lite: they come from npm packages and npm is not installed" in err

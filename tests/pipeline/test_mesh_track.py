@@ -112,10 +112,13 @@ def test_the_pipeline_swaps_from_tracked_landmarks_with_one_pass_per_face(
         (face,) = result.faces
         x0, y0, x1, y1 = (int(v) for v in face.box)
         assert np.mean(result.image[y0:y1, x0:x1] != frame[y0:y1, x0:x1]) > 0.3
-    # The swapped face's five points are the tracked mesh's: the next frame's crop is framed by them.
-    chains = tracker.landmarks
-    assert chains is not None
-    assert np.allclose(five_points(chains._meshes[results[-1].faces[0].track_id]), results[-1].faces[0].landmarks)
+    # The swapped face's five points are the tracked mesh's once smoothed (app.pipeline.smoothing); the chain keeps
+    # the raw mesh, which frames the next frame's crop.
+    chains, smoother = tracker.landmarks, tracker.smoother
+    assert chains is not None and smoother is not None
+    track_id = results[-1].faces[0].track_id
+    assert np.allclose(five_points(smoother.states[track_id].points), results[-1].faces[0].landmarks)
+    assert not np.allclose(chains._meshes[track_id], smoother.states[track_id].points)
 
 
 @pytest.mark.slow

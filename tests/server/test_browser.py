@@ -208,6 +208,16 @@ def test_browser_streams_through_the_page(
             switched = grab(page, "remote-video")
             assert region_diff(switched, swapped, box) > 10
 
+            # The page's "Keep hands in front" box shows and switches the session's occlusion.
+            occlusion = f"{server.base_url}{session_url}/occlusion"
+            if httpx.get(occlusion).json()["available"]:
+                page.uncheck("#occlusion-toggle")
+                page.wait_for_selector("#session-status:has-text('faces pasted whole')", timeout=10_000)
+                assert httpx.get(occlusion).json() == {"enabled": False, "available": True}
+            else:
+                page.wait_for_function("() => document.getElementById('occlusion-toggle').disabled", timeout=10_000)
+                assert page.is_checked("#occlusion-toggle") is False
+
             page.click("#stop-button")
             page.wait_for_function("() => window.swapcast.state === 'stopped'")
             assert httpx.get(f"{server.base_url}{session_url}").status_code == 404

@@ -1,0 +1,152 @@
+"""Occlusion: a real hand over a real face stays in front of the swapped face (app.pipeline.occlusion)."""
+
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from app.bench.hand_scene import HandScene, hand_over_face
+from app.bench.occlusion_bench import crossing, score
+from app.pipeline.detect import DetectorConfig, RetinaFaceDetector
+from app.pipeline.factory import build_hand_finder
+from app.pipeline.occlusion import HandFinder, HandTracking, OcclusionConfig
+from app.pipeline.pipeline import FramePipeline
+from app.pipeline.swap import ClassicEngine, PreparedSource
+from app.pipeline.timing import StageTimer
+from app.runtime.onnx import OnnxModel
+from app.settings import PipelineSettings
+from engines.errors import ModelError
+from engines.store import ModelStore
+
+REPO = Path(__file__).resolve().parents[2]
+
+NEAR = 12  # grey levels within which a pixel counts as the input's own
+
+
+@pytest.fixture(scope="module")
+def finder(store: ModelStore) -> Iterator[HandFinder]:
+    try:
+        path = store.ensure("hand_landmark")
+    except ModelError as exc:
+        pytest.skip(f"the hand model cannot be imported here: {exc}")
+    hands = HandFinder(OnnxModel(path, threads=2))
+    yield hands
+    hands.close()
+
+
+@pytest.fixture(scope="module")
+def scene() -> HandScene:
+    return hand_over_face()
+
+
+def _swapped(
+    detector: RetinaFaceDetector, finder: HandFinder | None, scene: HandScene, source: PreparedSource | None = None
+) -> tuple[np.ndarray, PreparedSource]:
+    pipeline = FramePipeline(detector, ClassicEngine(), hands=finder)
+    source = source or pipeline.prepare_source(scene.face)  # the face itself, unoccluded, as its own source
+    return pipeline.swap_image(scene.image, source).image, source
+
+
+def _near(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return np.abs(a.astype(np.int16) - b.astype(np.int16)).max(axis=2) <= NEAR
+
+
+def test_hand_pixels_stay_and_the_rest_of_the_face_is_swapped(
+    detector: RetinaFaceDetector, finder: HandFinder, scene: HandScene, t1: np.ndarray
+) -> None:
+    source = FramePipeline(detector, ClassicEngine()).prepare_source(t1)  # another person's face
+    off, _ = _swapped(detector, None, scene, source)
+    on, _ = _swapped(detector, finder, scene, source)
+    painted = ~_near(off, scene.image)  # what the swap changes when nothing is kept
+    hand = scene.hand & painted
+    assert hand.sum() > 1000, "the swap paints over the hand when occlusion is off"
+    kept = _near(on, scene.image)[hand].mean()
+    assert kept >= 0.9, f"only {kept:.0%} of the hand's painted-over pixels are kept"
+    face = painted & ~scene.hand
+    # Away from the hand (beyond its feathered rim) the face is swapped as without occlusion.
+    rows, cols = np.nonzero(scene.hand)
+    far = face.copy()
+    far[max(0, rows.min() - 12) : rows.max() + 12, max(0, cols.min() - 12) : cols.max() + 12] = False
+    assert far.sum() > 500
+    assert _near(on, off)[far].mean() >= 0.95
+    still_swapped = (~_near(on, scene.image))[face].mean()
+    assert still_swapped >= 0.6, f"only {still_swapped:.0%} of the face outside the hand is still swapped"
+
+
+def test_a_face_without_a_hand_is_swapped_as_before(
+    detector: RetinaFaceDetector, finder: HandFinder, scene: HandScene
+) -> None:
+    off, source = _swapped(detector, None, HandScene(scene.face, scene.face, np.zeros_like(scene.hand)))
+    on, _ = _swapped(detector, finder, HandScene(scene.face, scene.face, np.zeros_like(scene.hand)), source)
+    assert np.array_equal(on, off)
+
+
+def test_the_hand_is_carried_between_looks(detector: RetinaFaceDetector, finder: HandFinder, scene: HandScene) -> None:
+    (face,) = detector.process([scene.image])[0]
+    face = type(face)(face.box, face.score, face.landmarks, track_id=7)
+    tracking = HandTracking(OcclusionConfig(interval=3))
+    empty = HandScene(scene.face, scene.face, np.zeros_like(scene.hand))
+    # No hand: looked at on the first frame, then only every `interval` frames while the region stays the same.
+    for _ in range(4):
+        assert tracking.hands(finder, empty.image, [face]) == [None]
+    assert tracking.looks == 2
+    # A hand comes in: the region changed, so it is looked at at once, and every frame while the hand is there.
+    first = tracking.hands(finder, scene.image, [face])[0]
+    assert first is not None and first.shape == (21, 2)
+    rows, cols = np.nonzero(scene.hand)
+    inside = (cols.min() - 20 <= first[:, 0]) & (first[:, 0] <= cols.max() + 20)
+    inside &= (rows.min() - 20 <= first[:, 1]) & (first[:, 1] <= rows.max() + 40)
+    assert inside.mean() >= 0.9, "the landmarks lie on the pasted hand"
+    assert tracking.hands(finder, scene.image, [face])[0] is not None
+    assert tracking.looks == 4
+
+
+def test_the_setting_picks_the_stage(store: ModelStore, finder: HandFinder, tmp_path: Path) -> None:
+    assert build_hand_finder(PipelineSettings(occlusion="off"), store) is None
+    on = build_hand_finder(PipelineSettings(occlusion="auto"), store)  # the model is imported in `store`
+    assert isinstance(on, HandFinder)
+    on.close()
+    assert build_hand_finder(PipelineSettings(occlusion="auto"), ModelStore(tmp_path)) is None  # not imported here
+    assert PipelineSettings().occlusion == "auto"
+
+
+def test_bad_options_are_clear_errors() -> None:
+    for command, message in (
+        (["bench-stability", "--engines", "inswapper"], "unknown engine 'inswapper'; choose from classic, mesh"),
+        (["swap", "--source", "a", "--target", "b", "--output", "c", "--occlusion", "x"], "invalid choice: 'x'"),
+    ):
+        done = subprocess.run(
+            [sys.executable, "-m", "app.cli", *command], capture_output=True, text=True, cwd=REPO, check=False
+        )
+        assert done.returncode != 0 and message in done.stderr and "Traceback" not in done.stderr
+
+
+def test_a_live_stream_keeps_a_moving_hand(store: ModelStore, finder: HandFinder, t1: np.ndarray) -> None:
+    """The live path (background detection, tracker state): the hand crossing the face is kept frame after frame,
+    followed by the model on every frame it is there."""
+
+    def own_detector() -> RetinaFaceDetector:  # the pipelines close theirs
+        return RetinaFaceDetector(OnnxModel(store.ensure("retinaface_mnet025"), threads=2), DetectorConfig())
+
+    hands = HandFinder(OnnxModel(finder.model.path, threads=2))
+    pipeline = FramePipeline(own_detector(), ClassicEngine(), hands=hands)
+    plain = FramePipeline(own_detector(), ClassicEngine())
+    source = pipeline.prepare_source(t1)
+    scenes = crossing(40)[18:30]  # the hand over the face
+    live, plain_live = pipeline.new_live_stream(), plain.new_live_stream()
+    kept = []
+    try:
+        for scene in scenes:
+            on = pipeline.process_live(scene.image, source, live, StageTimer(), "test").image
+            off = plain.process_live(scene.image, source, plain_live, StageTimer(), "test").image
+            figures = score(scene, off, on)
+            if figures is not None:
+                kept.append(figures.hand_kept)
+    finally:
+        pipeline.close()
+        plain.close()
+    assert len(kept) >= 8 and float(np.mean(kept)) >= 0.85, kept
+    assert live.tracker.hands is not None and live.tracker.hands.looks >= len(kept)

@@ -1,0 +1,76 @@
+"""A session's occlusion is switched through the API: on and off where the server runs the stage, a clear 409
+where it does not, 422 for anything but a JSON boolean."""
+
+from collections.abc import Callable
+from pathlib import Path
+
+import httpx
+import pytest
+
+from app.pipeline.pipeline import FramePipeline
+from app.settings import PipelineSettings
+from engines.errors import ModelError
+from engines.store import ModelStore
+from tests.server.harness import PAGE_HEADERS, server_settings, start_server, upload
+from tests.server.test_bad_input import SDP, real_offer
+
+
+def _switch(
+    tmp_path: Path,
+    pipeline_factory: Callable[[PipelineSettings], FramePipeline],
+    tom_png: bytes,
+    mode: str,
+    bodies: list[tuple[object, int]],
+) -> list[httpx.Response]:
+    def factory(settings: PipelineSettings) -> FramePipeline:
+        return pipeline_factory(settings.model_copy(update={"occlusion": mode}))
+
+    answers = []
+    with start_server(server_settings(tmp_path / "identities"), factory) as server:
+        base = server.base_url
+        identity = upload(base, tom_png, "tom.png").json()["id"]
+        created = httpx.post(f"{base}/v1/sessions?identity={identity}", content=real_offer(), headers=SDP)
+        assert created.status_code == 201, created.text
+        url = f"{base}{created.headers['location']}/occlusion"
+        try:
+            answers.append(httpx.get(url, headers=PAGE_HEADERS))
+            for body, status in bodies:
+                answer = httpx.patch(url, json=body, headers=PAGE_HEADERS)
+                assert answer.status_code == status, (body, answer.text)
+                answers.append(answer)
+            missing = httpx.patch(f"{base}/v1/sessions/nobody/occlusion", json={"enabled": False}, headers=PAGE_HEADERS)
+            assert missing.status_code == 404
+        finally:
+            httpx.delete(f"{base}{created.headers['location']}", headers=PAGE_HEADERS)
+    return answers
+
+
+def test_occlusion_is_switched_per_session(
+    tmp_path: Path, store: ModelStore, pipeline_factory: Callable[[PipelineSettings], FramePipeline], tom_png: bytes
+) -> None:
+    try:
+        store.ensure("hand_landmark")
+    except ModelError as exc:
+        pytest.skip(f"the hand model cannot be imported here: {exc}")
+    first, off, bad, on = _switch(
+        tmp_path,
+        pipeline_factory,
+        tom_png,
+        "hands",
+        [({"enabled": False}, 200), ({"enabled": 1}, 422), ({"enabled": True}, 200)],
+    )
+    assert first.json() == {"enabled": True, "available": True}
+    assert off.json() == {"enabled": False, "available": True}
+    assert on.json() == {"enabled": True, "available": True}
+    assert bad.status_code == 422
+
+
+def test_a_server_without_the_stage_says_so(
+    tmp_path: Path, pipeline_factory: Callable[[PipelineSettings], FramePipeline], tom_png: bytes
+) -> None:
+    first, refused, off = _switch(
+        tmp_path, pipeline_factory, tom_png, "off", [({"enabled": True}, 409), ({"enabled": False}, 200)]
+    )
+    assert first.json() == {"enabled": False, "available": False}
+    assert "occlusion is not available on this server" in refused.json()["detail"]
+    assert off.json() == {"enabled": False, "available": False}

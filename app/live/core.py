@@ -68,9 +68,14 @@ class LiveCore:
             )
         self._live.tracker.occlusion = enabled
 
-    def occlusion_stats(self) -> dict[str, Any]:
+    def options(self) -> dict[str, Any]:
+        """This stream's own options (the server's settings are their defaults)."""
         available = self._pipeline.hands is not None
-        return {"enabled": available and self._live.tracker.occlusion, "available": available}
+        return {
+            "on_face_lost": self.face_lost,
+            "occlusion": available and self._live.tracker.occlusion,  # hands kept in front of faces
+            "occlusion_available": available,  # the server runs the occlusion stage
+        }
 
     def switch(self, identity_id: str, source: FaceSources) -> None:
         """Use another identity (or map) from the next frame on."""
@@ -159,7 +164,7 @@ class LiveCore:
             "detections": dict(self._live.detections),
             "provenance": self.marker.describe() if self.marker else None,
             "identity_map": describe_sources(self.source),
-            "options": {"on_face_lost": self.face_lost},
+            "options": self.options(),
             "content": self.content.describe() if self.content is not None else None,
         }
 

@@ -30,7 +30,6 @@ from app.server.routes import (
     channels,
     health,
     identities,
-    occlusion,
     operations,
     outputs,
     pushes,
@@ -145,7 +144,6 @@ def create_app(
     app.include_router(whep.router)
     app.include_router(viewer_tokens.router)
     app.include_router(audio.router)
-    app.include_router(occlusion.router)
     app.include_router(channels.router)
     app.include_router(pushes.router)
 

@@ -203,35 +203,6 @@ async function loadThumbnail(img, id) {
   } catch (_) { /* no thumbnail: the name is still shown */ }
 }
 
-// Hands in front of the face: the session's occlusion, switched from the next frame (PATCH .../occlusion).
-async function applyOcclusion() {
-  if (!page.sessionUrl) return;
-  const box = $("occlusion-toggle");
-  const response = await api(`${page.sessionUrl}/occlusion`, {
-    method: "PATCH",
-    headers: { "Content-Type": "application/json" },
-    body: JSON.stringify({ enabled: box.checked }),
-  });
-  if (response.ok) {
-    setStatus($("session-status"), box.checked ? "hands kept in front" : "faces pasted whole");
-  } else {
-    setStatus($("session-status"), `occlusion: ${await errorText(response)}`, true);
-    box.checked = false;
-  }
-}
-
-// A new session starts with occlusion on where the server has it: keep the box's choice, show what is there.
-async function syncOcclusion() {
-  const box = $("occlusion-toggle");
-  if (!page.sessionUrl) return;
-  if (!box.checked) return applyOcclusion();
-  const response = await api(`${page.sessionUrl}/occlusion`);
-  if (!response.ok) return;
-  const state = await response.json();
-  box.checked = state.enabled;
-  box.disabled = !state.available;
-}
-
 async function selectIdentity(id) {
   page.selected = id;
   renderIdentities();
@@ -313,22 +284,36 @@ async function upload(event) {
 
 // ------------------------------------------------------------------------------------------------ options
 
-// The session's own options (the server's settings are their defaults); every new session of the stream gets them.
+// The session's own options (the server's settings are their defaults); every new session of the stream gets
+// them. A session starts with hands kept in front where the server has the stage: the box is only sent to turn
+// that off, and then shows what the server does.
 function chosenOptions() {
+  const options = {};
   const faceLost = $("face-lost-select").value;
-  return faceLost ? { on_face_lost: faceLost } : null;
+  if (faceLost) options.on_face_lost = faceLost;
+  if (!$("occlusion-toggle").checked) options.occlusion = false;
+  return options;
 }
 
-async function applyOptions(sessionUrl) {
-  const options = chosenOptions();
-  if (!options || !sessionUrl) return;
+async function applyOptions(sessionUrl, options = chosenOptions()) {
+  if (!sessionUrl) return;
   const response = await api(`${sessionUrl}/options`, {
     method: "PATCH",
     headers: { "Content-Type": "application/json" },
     body: JSON.stringify(options),
     askKey: false,
   });
-  if (!response.ok) setStatus($("session-status"), `options not applied: ${await errorText(response)}`, true);
+  if (!response.ok) {
+    setStatus($("session-status"), `options not applied: ${await errorText(response)}`, true);
+    return;
+  }
+  const applied = (await response.json()).options;
+  const box = $("occlusion-toggle");
+  box.checked = applied.occlusion;
+  box.disabled = !applied.occlusion_available;
+  if ("occlusion" in options) {
+    setStatus($("session-status"), applied.occlusion ? "hands kept in front" : "faces pasted whole");
+  }
 }
 
 // ------------------------------------------------------------------------------------------------ session
@@ -503,7 +488,6 @@ async function connect() {
     await pc.setRemoteDescription({ type: "answer", sdp: await response.text() });
     if (!current()) return;
     await applyOptions(sessionUrl);
-    syncOcclusion().catch(() => {});
     showRtsp();
     page.statsTimer = setInterval(updateStats, 1000);
     page.timers.connect = setTimeout(() => {
@@ -752,7 +736,8 @@ for (const choice of document.querySelectorAll("#whose input[name=whose]")) {
 $("person-select").addEventListener("change", switchLive);
 $("face-lost-select").addEventListener("change", () => applyOptions(page.sessionUrl).catch(() => {}));
 $("start-button").addEventListener("click", start);
-$("occlusion-toggle").addEventListener("change", () => applyOcclusion().catch(() => {}));
+$("occlusion-toggle").addEventListener("change", () =>
+  applyOptions(page.sessionUrl, { occlusion: $("occlusion-toggle").checked }).catch(() => {}));
 $("stop-button").addEventListener("click", stop);
 $("channel-input").value = new URLSearchParams(location.search).get("channel") || "";
 $("copy-rtsp").addEventListener("click", () => navigator.clipboard.writeText(page.rtspUrl || ""));

@@ -51,7 +51,7 @@ def revealed(pipeline: FramePipeline, clip: FaceLostClip, policy: FaceLostPolicy
     try:
         if policy is not None:
             core.set_face_lost(policy)
-        assert core.stats()["options"] == {"on_face_lost": policy or "pass"}
+        assert core.stats()["options"]["on_face_lost"] == (policy or "pass")
         outputs = [core.process(frame, StageTimer()) for frame in clip.frames]
     finally:
         core.close()

@@ -209,11 +209,15 @@ def test_browser_streams_through_the_page(
             assert region_diff(switched, swapped, box) > 10
 
             # The page's "Keep hands in front" box shows and switches the session's occlusion.
-            occlusion = f"{server.base_url}{session_url}/occlusion"
-            if httpx.get(occlusion).json()["available"]:
+            def occlusion() -> dict:
+                options = httpx.get(f"{server.base_url}{session_url}").json()["options"]
+                return {k: options[k] for k in ("occlusion", "occlusion_available")}
+
+            if occlusion()["occlusion_available"]:
+                page.wait_for_function("() => !document.getElementById('occlusion-toggle').disabled", timeout=10_000)
                 page.uncheck("#occlusion-toggle")
                 page.wait_for_selector("#session-status:has-text('faces pasted whole')", timeout=10_000)
-                assert httpx.get(occlusion).json() == {"enabled": False, "available": True}
+                assert occlusion() == {"occlusion": False, "occlusion_available": True}
             else:
                 page.wait_for_function("() => document.getElementById('occlusion-toggle').disabled", timeout=10_000)
                 assert page.is_checked("#occlusion-toggle") is False

@@ -1,5 +1,6 @@
-"""A session's occlusion is switched through the API: on and off where the server runs the stage, a clear 409
-where it does not, 422 for anything but a JSON boolean."""
+"""A session's occlusion is one of its live options (`PATCH /v1/sessions/{id}/options {"occlusion": ...}`): on
+and off where the server runs the stage, a clear 409 (nothing changed) where it does not, 422 for anything but
+a JSON boolean."""
 
 from collections.abc import Callable
 from pathlib import Path
@@ -31,18 +32,24 @@ def _switch(
         identity = upload(base, tom_png, "tom.png").json()["id"]
         created = httpx.post(f"{base}/v1/sessions?identity={identity}", content=real_offer(), headers=SDP)
         assert created.status_code == 201, created.text
-        url = f"{base}{created.headers['location']}/occlusion"
+        url = f"{base}{created.headers['location']}/options"
         try:
-            answers.append(httpx.get(url, headers=PAGE_HEADERS))
+            answers.append(httpx.get(f"{base}{created.headers['location']}", headers=PAGE_HEADERS))
             for body, status in bodies:
                 answer = httpx.patch(url, json=body, headers=PAGE_HEADERS)
                 assert answer.status_code == status, (body, answer.text)
                 answers.append(answer)
-            missing = httpx.patch(f"{base}/v1/sessions/nobody/occlusion", json={"enabled": False}, headers=PAGE_HEADERS)
+            missing = httpx.patch(f"{base}/v1/sessions/nobody/options", json={"occlusion": False}, headers=PAGE_HEADERS)
             assert missing.status_code == 404
         finally:
             httpx.delete(f"{base}{created.headers['location']}", headers=PAGE_HEADERS)
     return answers
+
+
+def occlusion_of(answer: httpx.Response) -> tuple[bool, bool]:
+    """(hands kept in front, the server runs the stage), from a session's stats."""
+    options = answer.json()["options"]
+    return options["occlusion"], options["occlusion_available"]
 
 
 def test_occlusion_is_switched_per_session(
@@ -57,11 +64,11 @@ def test_occlusion_is_switched_per_session(
         pipeline_factory,
         tom_png,
         "hands",
-        [({"enabled": False}, 200), ({"enabled": 1}, 422), ({"enabled": True}, 200)],
+        [({"occlusion": False}, 200), ({"occlusion": 1}, 422), ({"occlusion": True}, 200)],
     )
-    assert first.json() == {"enabled": True, "available": True}
-    assert off.json() == {"enabled": False, "available": True}
-    assert on.json() == {"enabled": True, "available": True}
+    assert occlusion_of(first) == (True, True)
+    assert occlusion_of(off) == (False, True)
+    assert occlusion_of(on) == (True, True)
     assert bad.status_code == 422
 
 
@@ -69,8 +76,13 @@ def test_a_server_without_the_stage_says_so(
     tmp_path: Path, pipeline_factory: Callable[[PipelineSettings], FramePipeline], tom_png: bytes
 ) -> None:
     first, refused, off = _switch(
-        tmp_path, pipeline_factory, tom_png, "off", [({"enabled": True}, 409), ({"enabled": False}, 200)]
+        tmp_path,
+        pipeline_factory,
+        tom_png,
+        "off",
+        [({"occlusion": True, "on_face_lost": "cover"}, 409), ({"occlusion": False}, 200)],
     )
-    assert first.json() == {"enabled": False, "available": False}
+    assert occlusion_of(first) == (False, False)
     assert "occlusion is not available on this server" in refused.json()["detail"]
-    assert off.json() == {"enabled": False, "available": False}
+    assert occlusion_of(off) == (False, False)
+    assert off.json()["options"]["on_face_lost"] == "hold"  # the refused change changed nothing

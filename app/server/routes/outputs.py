@@ -5,11 +5,12 @@ only the owner's identities; admin: any), and its live options, from the next fr
 from enum import Enum
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Path
-from pydantic import BaseModel, ConfigDict
+from fastapi import APIRouter, HTTPException, Path
+from pydantic import BaseModel, ConfigDict, StrictBool
 
 from app.auth.guard import AccessDep
 from app.auth.principal import Principal
+from app.errors import UserError
 from app.names import FaceLostPolicy
 from app.server.deps import StateDep
 from app.server.identity_maps import SourceChoice, sources_for
@@ -21,11 +22,13 @@ router = APIRouter()
 class LiveOptions(BaseModel):
     """Options of one live output; each left out stays as it is. `on_face_lost`: what a swapped face the
     detector misses gets (`hold`: swapped where the tracker predicts it, then covered; `cover`: pixelated;
-    `pass`: shown as it is); the server's `SWAPCAST_ON_FACE_LOST` is the default."""
+    `pass`: shown as it is); the server's `SWAPCAST_ON_FACE_LOST` is the default. `occlusion`: hands in front
+    of the faces kept (true, the default where the server runs the stage) or faces pasted whole (false)."""
 
     model_config = ConfigDict(extra="forbid")
 
     on_face_lost: FaceLostPolicy | None = None
+    occlusion: StrictBool | None = None  # JSON true/false only
 
 
 def add_routes(kind: OutputKind) -> None:
@@ -57,8 +60,14 @@ def add_routes(kind: OutputKind) -> None:
     async def set_options(
         output_id: OutputId, options: LiveOptions, principal: User, access: AccessDep, state: StateDep
     ) -> dict[str, Any]:
-        """Change the output's live options (its owner or admin), from the next frame on."""
+        """Change the output's live options (its owner or admin), from the next frame on; 409 (and nothing
+        changed) for occlusion where the server runs without the stage."""
         output = kind.owned(state, output_id, principal, access)
+        if options.occlusion is not None:
+            try:
+                output.core.set_occlusion(options.occlusion)
+            except UserError as exc:
+                raise HTTPException(409, str(exc)) from None
         if options.on_face_lost is not None:
             output.core.set_face_lost(options.on_face_lost)
         return output.stats()

@@ -9,14 +9,11 @@ as the session's are (`app.bench.network_bench.summarize`), against a clean view
 
 from __future__ import annotations
 
-import asyncio
 from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
 import httpx
-from aiortc import RTCSessionDescription
-from aiortc.mediastreams import MediaStreamTrack
 
 from app.bench.impair import UdpRelay
 from app.bench.rtc_client import RtcClient
@@ -89,24 +86,12 @@ class RelayedViewer(RelayedClient):
         super().__init__(frames, relay, fps=fps, codec=None, recovery=recovery)  # its track is never sent
         self.result.sent_at = session.result.sent_at
 
-    async def connect(self, http: httpx.AsyncClient, url: str) -> httpx.Response:
+    def add_video(self) -> None:
         self.pc.addTransceiver("video", direction="recvonly")
 
-        @self.pc.on("track")
-        def on_track(track: MediaStreamTrack) -> None:
-            if track.kind == "video" and not self._remote.done():
-                self._remote.set_result(track)
-
-        await self.pc.setLocalDescription(await self.pc.createOffer())
-        offer = self.offer_to_post(self.pc.localDescription.sdp)
-        response = await http.post(url, content=offer, headers={"Content-Type": "application/sdp"})
-        response.raise_for_status()
+    async def connect(self, http: httpx.AsyncClient, url: str) -> httpx.Response:
+        response = await super().connect(http, url)
         self.location = None  # the viewer's URL answers DELETE only; the session is watched through its client
-        self.answer = response.text
-        await self.pc.setRemoteDescription(
-            RTCSessionDescription(sdp=self.answer_to_apply(response.text), type="answer")
-        )
-        self._reader = asyncio.ensure_future(self._read(await self._remote))
         return response
 
     async def bytes_sent(self) -> int:

@@ -165,9 +165,8 @@ class RtcClient:
     def _sent(self, frame_id: int, at: float) -> None:
         self.result.sent_at[frame_id % ID_MODULO] = at
 
-    async def connect(self, http: httpx.AsyncClient, url: str) -> httpx.Response:
-        """Offer (after ICE gathering), post it to `url`, apply the answer. Returns the HTTP response; raises
-        `httpx.HTTPStatusError` when the server refuses."""
+    def add_video(self) -> None:
+        """The connection's video: sent and received, in the chosen codec (a receive-only client overrides it)."""
         transceiver = self.pc.addTransceiver(self.track, direction="sendrecv")
         if self.codec is not None:
             mime = f"video/{self.codec}".lower()
@@ -175,6 +174,11 @@ class RtcClient:
             transceiver.setCodecPreferences(
                 [c for c in caps if c.mimeType.lower() == mime] + [c for c in caps if c.mimeType.lower() == "video/rtx"]
             )
+
+    async def connect(self, http: httpx.AsyncClient, url: str) -> httpx.Response:
+        """Offer (after ICE gathering), post it to `url`, apply the answer. Returns the HTTP response; raises
+        `httpx.HTTPStatusError` when the server refuses."""
+        self.add_video()
 
         @self.pc.on("track")
         def on_track(track: MediaStreamTrack) -> None:

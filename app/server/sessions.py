@@ -7,15 +7,14 @@ import functools
 from collections.abc import Callable
 from concurrent.futures import Executor
 
-from app.content.live import ContentService
 from app.live.adapter import LiveRequest
 from app.media.peer import OfferError
 from app.media.webrtc import KIND, PublisherFactory, Session, SessionConfig
 from app.observability import Metrics
 from app.pipeline.pipeline import FramePipeline
-from app.provenance.service import Provenance
 from app.server.admission import Admission
 from app.server.not_found import NotFound
+from app.server.output_guards import OutputGuards
 
 NEGOTIATION_TIMEOUT_S = 10.0
 
@@ -37,12 +36,10 @@ class SessionManager:
         publisher_factory: PublisherFactory | None = None,
         rtsp_url: Callable[[str], str] | None = None,
         max_per_owner: int | None = None,
-        provenance: Provenance | None = None,
-        content: ContentService | None = None,
+        guards: OutputGuards | None = None,
     ) -> None:
         self.pipeline = pipeline
-        self._provenance = provenance
-        self._content = content
+        self._guards = guards or OutputGuards()
         self.config = config
         self._metrics = metrics
         # What every session of this server is made with; `open` adds its identity and source.
@@ -97,16 +94,7 @@ class SessionManager:
                     identity_id=request.identity_id, source=request.source, publisher_factory=None, rtsp_url=None
                 )
             try:
-                if self._provenance is not None:
-                    session.marker = await self._provenance.marker_async(
-                        kind="session",
-                        ref=session.id,
-                        identity=request.identity_id,
-                        owner=owner or None,
-                        label=request.label,
-                    )
-                if self._content is not None:
-                    session.core.content = self._content.gate(KIND, session.id, owner, _closer(session))
+                await self._guards.equip(KIND, session, request, _closer(session))
                 answer = await asyncio.wait_for(session.negotiate(offer), NEGOTIATION_TIMEOUT_S)
             except TimeoutError:
                 await session.close("negotiation failed")

@@ -39,6 +39,7 @@ from app.provenance.service import Provenance
 from app.server.channels import ChannelManager, ChannelsUnavailable
 from app.server.ingest_policy import IngestPolicy
 from app.server.media_addresses import media_host_addresses
+from app.server.output_guards import OutputGuards
 from app.server.ratelimit import RateLimiter, RateLimits
 from app.server.rtsp import RtspOutput
 from app.server.sessions import SessionManager
@@ -265,6 +266,7 @@ class ServerState:
         self.pipeline = pipeline
         await self._audit_store()
         s, peer = self.settings, self.peer_config
+        guards = OutputGuards(self.provenance, self.content)
         self.sessions = SessionManager(
             pipeline=pipeline,
             executor=self.executor,
@@ -279,8 +281,7 @@ class ServerState:
             max_per_owner=s.max_sessions_per_principal,
             publisher_factory=self.rtsp.publish if self.rtsp.available else None,
             rtsp_url=self.rtsp.url if self.rtsp.available else None,
-            provenance=self.provenance,
-            content=self.content,
+            guards=guards,
         )
         self.streams = StreamManager(
             pipeline=pipeline,
@@ -289,8 +290,7 @@ class ServerState:
             max_streams=s.max_streams,
             max_per_owner=s.max_streams_per_principal,
             give_up=GiveUp(attempts=s.stream_give_up_attempts, seconds=s.stream_give_up_s),
-            provenance=self.provenance,
-            content=self.content,
+            guards=guards,
             source_check=self.ingest_policy.check_and_probe,
         )
         self.ready = True

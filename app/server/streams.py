@@ -17,7 +17,6 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from app.content.live import ContentService
 from app.live.adapter import LiveOutput, LiveRequest
 from app.live.core import LiveCore
 from app.live.frame import OutputFrame
@@ -27,11 +26,11 @@ from app.pipeline.identity_map import FaceSources
 from app.pipeline.pipeline import FramePipeline
 from app.pipeline.timing import StageTimer
 from app.pipeline.types import Image
-from app.provenance.service import Provenance
 from app.runtime.batcher import BatcherError
 from app.server.admission import Admission
 from app.server.ingest_policy import CheckedSource, HostUnresolved, SourceRefused, coarse_error, redact_credentials
 from app.server.not_found import NotFound
+from app.server.output_guards import OutputGuards
 from app.server.rtsp import FramePublisher, RtspOutput
 
 log = logging.getLogger(__name__)
@@ -222,8 +221,7 @@ class StreamManager:
         worker_factory: Callable[..., IngestWorker] = IngestWorker,
         max_per_owner: int | None = None,
         give_up: GiveUp | None = None,
-        provenance: Provenance | None = None,
-        content: ContentService | None = None,
+        guards: OutputGuards | None = None,
         source_check: Callable[[str], CheckedSource] | None = None,
     ) -> None:
         self.pipeline = pipeline
@@ -231,8 +229,7 @@ class StreamManager:
         # source, reconnects included: a name may resolve elsewhere later, a source may start redirecting later.
         # The caller of `open` and `restart` applies it for the first open (a refused source costs no slot).
         self._source_check = source_check
-        self._provenance = provenance
-        self._content = content
+        self._guards = guards or OutputGuards()
         self._metrics = metrics
         self._rtsp = rtsp
         self._worker_factory = worker_factory
@@ -285,12 +282,7 @@ class StreamManager:
             stream.owner = owner
             stream.own_rtsp = request.own_rtsp
             stream.rtsp_url = self._rtsp.url(stream.rtsp_path) if request.own_rtsp else None
-            if self._provenance is not None:
-                stream.marker = await self._provenance.marker_async(
-                    kind="stream", ref=stream.id, identity=request.identity_id, owner=owner or None, label=request.label
-                )
-            if self._content is not None:
-                stream.core.content = self._content.gate(KIND, stream.id, owner, self._stopper(stream))
+            await self._guards.equip(KIND, stream, request, self._stopper(stream))
             await self._start(stream)
             self._admission.admit(stream.id, stream, owner)
             return stream

@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import httpx
 import jwt
 
 from app.auth.keys import KeyStore
 from app.auth.scopes import ADMIN, ALL_SCOPES
+from app.auth.settings import AccessSettings
 
 JWT_SECRET = "a-test-secret-of-at-least-thirty-two-bytes!"
 JWT_ISSUER = "https://id.example"
@@ -72,3 +76,28 @@ def bearer(credential: str | None) -> dict[str, str]:
     if credential:
         headers["Authorization"] = f"Bearer {credential}"
     return headers
+
+
+@dataclass
+class TwoUsers:
+    """A server whose keys file holds two users' keys, alice's and bob's (every user scope, no admin)."""
+
+    server: Any  # a tests.server.harness.RunningServer
+    root: Path
+    alice: str
+    bob: str
+
+    def call(self, method: str, path: str, key: str, **kwargs: Any) -> httpx.Response:
+        return httpx.request(method, f"{self.server.base_url}{path}", headers=bearer(key), timeout=30, **kwargs)
+
+
+@contextmanager
+def two_users_server(root: Path, pipeline_factory: Callable[..., Any], **overrides: Any) -> Iterator[TwoUsers]:
+    """A server (the tests' settings and `overrides`) with its data and keys file under `root`."""
+    from tests.server.harness import server_settings, start_server  # the harness is the heavier import
+
+    store = KeyStore(root / "keys.json")
+    alice, bob = (store.create(name, USER_SCOPES)[1] for name in ("alice", "bob"))
+    access = AccessSettings(keys_file=root / "keys.json", auth_failure_delay_s=0.0)
+    with start_server(server_settings(root / "identities", access=access, **overrides), pipeline_factory) as server:
+        yield TwoUsers(server, root, alice, bob)

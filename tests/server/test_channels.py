@@ -4,33 +4,19 @@ taking over, the older ended), and deleted with their publisher. (RTSP and the c
 
 import asyncio
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 
 import httpx
 import pytest
 
-from app.auth.keys import KeyStore
-from app.auth.scopes import IDENTITIES_READ, IDENTITIES_WRITE, METRICS, SESSIONS, STREAMS
-from app.auth.settings import AccessSettings
 from app.bench.rtc_client import RtcClient
 from app.media.clips import MotionClip
 from app.pipeline.pipeline import FramePipeline
 from app.settings import PipelineSettings
 from tests.helpers import wait_for_async
-from tests.server.credentials import bearer
-from tests.server.harness import RunningServer, server_settings, start_server, upload
+from tests.server.credentials import TwoUsers, bearer, two_users_server
+from tests.server.harness import upload
 
-USER = [SESSIONS, STREAMS, IDENTITIES_READ, IDENTITIES_WRITE, METRICS]
-
-
-@dataclass
-class Keyed:
-    server: RunningServer
-    alice: str
-    bob: str
-
-    def call(self, method: str, path: str, key: str, **kwargs: object) -> httpx.Response:
-        return httpx.request(method, f"{self.server.base_url}{path}", headers=bearer(key), timeout=30, **kwargs)
+Keyed = TwoUsers
 
 
 @pytest.fixture(scope="module")
@@ -38,16 +24,8 @@ def keyed(
     tmp_path_factory: pytest.TempPathFactory, pipeline_factory: Callable[[PipelineSettings], FramePipeline]
 ) -> Iterator[Keyed]:
     root = tmp_path_factory.mktemp("channels")
-    store = KeyStore(root / "keys.json")
-    alice, bob = (store.create(name, USER)[1] for name in ("alice", "bob"))
-    settings = server_settings(
-        root / "identities",
-        access=AccessSettings(keys_file=root / "keys.json", auth_failure_delay_s=0.0),
-        max_sessions=4,
-        max_channels_per_principal=3,
-    )
-    with start_server(settings, pipeline_factory) as server:
-        yield Keyed(server, alice, bob)
+    with two_users_server(root, pipeline_factory, max_sessions=4, max_channels_per_principal=3) as keyed:
+        yield keyed
 
 
 def test_a_channel_is_made_once_and_seen_only_by_its_owner(keyed: Keyed) -> None:

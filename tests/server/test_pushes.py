@@ -7,35 +7,20 @@ import logging
 import socket
 import stat
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
-from pathlib import Path
 
-import httpx
 import pytest
 
-from app.auth.keys import KeyStore
-from app.auth.settings import AccessSettings
 from app.pipeline.pipeline import FramePipeline
 from app.settings import PipelineSettings
 from tests.helpers import wait_for
-from tests.server.credentials import bearer
-from tests.server.harness import RunningServer, server_settings, start_server
-from tests.server.test_channels import USER
+from tests.server.credentials import TwoUsers, two_users_server
 
 KEY = "live_123456789_SeCrEtStreamKey"
 TOKEN = "whip-bearer-SeCrEt-token-0987"
 PASSPHRASE = "srt-SeCrEt-passphrase"
 
 
-@dataclass
-class Keyed:
-    server: RunningServer
-    root: Path
-    alice: str
-    bob: str
-
-    def call(self, method: str, path: str, key: str, **kwargs: object) -> httpx.Response:
-        return httpx.request(method, f"{self.server.base_url}{path}", headers=bearer(key), timeout=30, **kwargs)
+Keyed = TwoUsers
 
 
 @pytest.fixture(scope="module")
@@ -43,18 +28,15 @@ def keyed(
     tmp_path_factory: pytest.TempPathFactory, pipeline_factory: Callable[[PipelineSettings], FramePipeline]
 ) -> Iterator[Keyed]:
     root = tmp_path_factory.mktemp("pushes")
-    store = KeyStore(root / "keys.json")
-    alice, bob = (store.create(name, USER)[1] for name in ("alice", "bob"))
-    settings = server_settings(
-        root / "identities",
-        access=AccessSettings(keys_file=root / "keys.json", auth_failure_delay_s=0.0),
+    with two_users_server(
+        root,
+        pipeline_factory,
         channel_dir=root / "channels",
         max_pushes_per_channel=3,
         push_retry_s=0.2,
         push_retry_max_s=0.5,
-    )
-    with start_server(settings, pipeline_factory) as server:
-        yield Keyed(server, root, alice, bob)
+    ) as keyed:
+        yield keyed
 
 
 def closed_port() -> int:

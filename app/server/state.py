@@ -204,6 +204,8 @@ class ServerState:
         await loop.run_in_executor(self.control_executor, self.rtsp.start)
         self.metrics.rtsp_available.set(1 if self.rtsp.available else 0)
         self.metrics.count_rtsp_clients_with(self._rtsp_clients)
+        self.metrics.count_loop_tasks_with(lambda: len(asyncio.all_tasks(loop)))
+        self.metrics.count_whep_viewers_with(lambda: len(self.viewers.all()))
         await self._start_channels()
         self._load_task = loop.create_task(self._load())
         self._announce()

@@ -72,7 +72,12 @@ class WhepViewer:
     async def connect(self, http: httpx.AsyncClient, url: str) -> None:
         self.pc.addTransceiver("video", direction="recvonly")
         remote: asyncio.Future[MediaStreamTrack] = asyncio.get_running_loop().create_future()
-        self.pc.on("track", lambda track: remote.done() or remote.set_result(track))
+
+        @self.pc.on("track")
+        def on_track(track: MediaStreamTrack) -> None:
+            if track.kind == "video" and not remote.done():
+                remote.set_result(track)
+
         await self.pc.setLocalDescription(await self.pc.createOffer())
         response = await http.post(
             url, content=self.pc.localDescription.sdp, headers={"Content-Type": "application/sdp"}
@@ -121,7 +126,7 @@ class Run:
 class Cycle:
     sessions: list[RtcClient] = field(default_factory=list)
     viewers: list[tuple[str, WhepViewer]] = field(default_factory=list)
-    readers: list[tuple[str, OutputReader, dict[int, float]]] = field(default_factory=list)
+    readers: list[tuple[str, OutputReader]] = field(default_factory=list)
     stream: str | None = None
     presence: list[Presence] = field(default_factory=list)
 
@@ -173,7 +178,7 @@ async def _join(run: Run, cycle: Cycle, http: httpx.AsyncClient, sessions: int) 
         cycle.stream = f"/v1/streams/{created.json()['id']}"
         record.count("stream_join")
         url = await _output_url(http, cycle.stream)
-        cycle.readers.append(("rtsp_stream", OutputReader(url, run.source.sent_at), run.source.sent_at))
+        cycle.readers.append(("rtsp_stream", OutputReader(url, run.source.sent_at)))
         cycle.joined("rtsp_stream")
     except (httpx.HTTPError, OSError, ValueError, RuntimeError) as exc:
         record.error("stream", exc)
@@ -193,7 +198,7 @@ async def _join(run: Run, cycle: Cycle, http: httpx.AsyncClient, sessions: int) 
         channel = (await http.get(f"/v1/channels/{run.channel}")).json()
         if channel.get("rtsp_url") and cycle.sessions:
             sent_at = cycle.sessions[0].result.sent_at
-            cycle.readers.append(("rtsp_channel", OutputReader(channel["rtsp_url"], sent_at), sent_at))
+            cycle.readers.append(("rtsp_channel", OutputReader(channel["rtsp_url"], sent_at)))
             cycle.joined("rtsp_channel")
     except (httpx.HTTPError, ValueError) as exc:
         record.error("channel puller", exc)
@@ -244,7 +249,7 @@ async def _leave(run: Run, cycle: Cycle, http: httpx.AsyncClient) -> None:
             Arrival("session", r.at, (r.at - sent[r.frame_id]) * 1000.0 if r.frame_id in sent else None)
             for r in client.result.received
         )
-    for kind, reader, sent_at in cycle.readers:
+    for kind, reader in cycle.readers:
         await asyncio.to_thread(reader.close)
         if reader.error:
             run.record.error(kind, reader.error)

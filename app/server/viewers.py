@@ -106,7 +106,8 @@ class Viewers:
         finally:
             if keyframe_listeners is not None and hub.request_keyframe in keyframe_listeners:
                 keyframe_listeners.remove(hub.request_keyframe)
-            self._hubs.pop(key, None)
+            if self._hubs.get(key) is hub:  # a new output under the same key (a channel made again) has its own
+                del self._hubs[key]
             if hub.offer in listeners:
                 listeners.remove(hub.offer)
             if audio_listeners is not None and hub.offer_audio in audio_listeners:

@@ -32,6 +32,7 @@ from app.pipeline.identity_map import FaceEmbedder
 from app.pipeline.pipeline import FramePipeline
 from app.pipeline.swap import PreparedSource
 from app.provenance.service import Provenance
+from app.runtime.heap import HeapTrimmer
 from app.server.channels import ChannelManager, ChannelsUnavailable
 from app.server.ingest_policy import IngestPolicy
 from app.server.media_addresses import media_host_addresses
@@ -185,7 +186,11 @@ class ServerState:
         self.sessions: SessionManager | None = None
         self.streams: StreamManager | None = None
         self.peer_config = peer_config(settings)
-        self.viewers = Viewers(self.peer_config, settings.max_viewers_per_output, self.encoder)
+        # Freed memory goes back to the system when outputs and their viewers end (glibc keeps it otherwise).
+        self.heap = HeapTrimmer()
+        self.viewers = Viewers(
+            self.peer_config, settings.max_viewers_per_output, self.encoder, on_hub_closed=self.heap.soon
+        )
         self.ready = False
         self.not_ready_reason: str = "starting"
         self._load_task: asyncio.Task[None] | None = None
@@ -357,6 +362,7 @@ class ServerState:
             closers.append(self.streams.close_all(grace))
         results = await asyncio.gather(*closers, return_exceptions=True)
         await self.viewers.close_all()
+        self.heap.cancel()
         if self.channels is not None:
             await self.channels.stop()
         if not all(r is True for r in results):

@@ -220,7 +220,8 @@ async def _soak(run: Run, pid: int, config: SoakConfig, progress: Callable[[str]
         await cycle(run, config.sessions, min(config.hold_s, 15.0), config.patch_every_s)
         await asyncio.sleep(config.settle_s)
         base_from = time.monotonic()
-        await asyncio.sleep(max(2 * config.sample_s, 10.0))
+        idle_s = max(2 * config.sample_s, 10.0)
+        await asyncio.sleep(idle_s)
         start = time.monotonic()
         end = start + config.minutes * 60.0
         joins = 0
@@ -231,8 +232,10 @@ async def _soak(run: Run, pid: int, config: SoakConfig, progress: Callable[[str]
             progress(f"cycle {joins}: {round(time.monotonic() - start)} s, {samples.rows[-1].get('rss_mb')} MB")
             await asyncio.sleep(config.pause_s)
         churn_end = time.monotonic()
-        await asyncio.sleep(config.settle_s)  # the channel stays, as it did for the baseline
-        idle_from = churn_end + config.settle_s / 2
+        # Measured as the baseline was: as long after the leave, for as long (the channel stays for both).
+        await asyncio.sleep(config.settle_s)
+        idle_from = time.monotonic()
+        await asyncio.sleep(idle_s)
         idle_to = time.monotonic() + 0.1
     finally:
         sampling.cancel()

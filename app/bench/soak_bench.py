@@ -205,6 +205,8 @@ def checks(result: dict[str, Any]) -> dict[str, Any]:
             "ok": ratio is not None and ratio >= FPS_TARGET_RATIO,
         }
     out["no_errors"] = {"count": len(result["errors"]), "ok": not result["errors"]}
+    logged = result.get("server_log_errors", [])
+    out["no_errors_logged"] = {"count": len(logged), "ok": not logged}
     out["all_ok"] = all(v["ok"] for v in out.values() if isinstance(v, dict))
     return out
 
@@ -280,9 +282,9 @@ def run_soak_bench(config: SoakConfig, progress: bool = True) -> dict[str, Any]:
     env_before = os.environ.get("MALLOC_ARENA_MAX")
     if config.malloc_arena_max is not None:
         os.environ["MALLOC_ARENA_MAX"] = str(config.malloc_arena_max)
-    with tempfile.TemporaryDirectory(prefix="swapcast-bench-soak-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="swapcast-bench-soak-") as tmp, open(Path(tmp) / "server.log", "w+") as log:
         try:
-            server = ServerProcess(config.engine, Path(tmp) / "id", rtsp=True)
+            server = ServerProcess(config.engine, Path(tmp) / "id", rtsp=True, log=log)
         finally:
             if config.malloc_arena_max is not None:
                 _restore("MALLOC_ARENA_MAX", env_before)
@@ -292,6 +294,8 @@ def run_soak_bench(config: SoakConfig, progress: bool = True) -> dict[str, Any]:
         finally:
             source.close()
             server.stop()
+        log.seek(0)
+        report["server_log_errors"] = log_errors(log.read())
     report["config"] = {k: getattr(config, k) for k in SoakConfig.__dataclass_fields__} | {
         "size": list(RESOLUTIONS[config.resolution])
     }
@@ -322,6 +326,13 @@ async def _with_server(
 async def create_channel_sized(http: httpx.AsyncClient, config: SoakConfig) -> None:
     width, height = RESOLUTIONS[config.resolution]
     await create_channel(http, {"name": CHANNEL, "width": width, "height": height, "fps": config.fps})
+
+
+def log_errors(text: str) -> list[str]:
+    """The server's log lines at ERROR or worse, and the first line of each traceback (at most 50)."""
+    lines = text.splitlines()
+    found = [line for line in lines if re.match(r"(ERROR|CRITICAL)\b", line) or line.startswith("Traceback")]
+    return [line[:300] for line in found[:50]]
 
 
 def _restore(name: str, value: str | None) -> None:

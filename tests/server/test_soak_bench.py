@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from app.bench.soak_bench import SoakConfig, level, run_soak_bench, slope_per_hour
+from app.bench.soak_bench import SoakConfig, level, log_errors, run_soak_bench, slope_per_hour
 from app.cli import main
 from app.commands import bench_soak
 
@@ -23,6 +23,7 @@ def test_a_short_soak_returns_to_its_baseline_once_the_clients_leave(model_root:
     json.dumps(result)
     assert bench_soak.format_table(result).startswith("WINDOW S")
     assert result["errors"] == [], result["errors"]
+    assert result["server_log_errors"] == [], result["server_log_errors"]
     assert result["cycles"] >= 3
     ops = result["operations"]
     assert ops["session_join"] == 2 * ops["stream_join"] and ops["whep_join"] == ops["session_join"]
@@ -45,6 +46,12 @@ def test_growth_is_a_least_squares_slope_per_hour_over_its_window() -> None:
     assert slope_per_hour(rows, "rss_mb", 3600.0 + 600.0, 1e9) == 30.0
     assert slope_per_hour(rows, "rss_mb", 0.0, 3600.0 + 61.0) is None  # too few samples to fit
     assert level(rows, "rss_mb", 3600.0, 3600.0 + 179.0) == 100.5
+
+
+def test_errors_are_found_in_the_server_log() -> None:
+    log = "INFO:x:fine\nERROR:app.media.whep:viewer 1: did not close\nTraceback (most recent call last):\n  x\n"
+    assert log_errors(log) == ["ERROR:app.media.whep:viewer 1: did not close", "Traceback (most recent call last):"]
+    assert log_errors("WARNING:x:an ERROR in the middle\n") == []
 
 
 def test_the_command_refuses_bad_arguments(capsys: pytest.CaptureFixture[str]) -> None:

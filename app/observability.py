@@ -169,6 +169,12 @@ class Metrics:
         self.channels = ChannelCollector()
         r.register(self.channels)
         self.rtsp_clients.set_function(lambda: 0.0)
+        self.event_loop_tasks = Gauge(
+            "swapcast_event_loop_tasks", "Tasks alive on the server's event loop (flat when nothing leaks).", registry=r
+        )
+        self.event_loop_tasks.set_function(lambda: 0.0)
+        self.whep_viewers = Gauge("swapcast_whep_viewers", "WHEP viewers connected, all outputs together.", registry=r)
+        self.whep_viewers.set_function(lambda: 0.0)
         self.store_full.labels("identities")
         self.worker_restarts.labels("dlib_embedder")
         for kind in ("session", "stream"):
@@ -190,6 +196,12 @@ class Metrics:
 
     def count_rtsp_clients_with(self, count: Callable[[], int]) -> None:
         self.rtsp_clients.set_function(lambda: float(count()))
+
+    def count_loop_tasks_with(self, count: Callable[[], int]) -> None:
+        self.event_loop_tasks.set_function(lambda: float(count()))
+
+    def count_whep_viewers_with(self, count: Callable[[], int]) -> None:
+        self.whep_viewers.set_function(lambda: float(count()))
 
     def render(self) -> tuple[bytes, str]:
         return generate_latest(self.registry), CONTENT_TYPE_LATEST

@@ -33,7 +33,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import httpx
 import numpy as np
@@ -213,12 +213,21 @@ def _became_ready(base_url: str, alive: Callable[[], bool], within_s: float = 12
 
 
 class ServerProcess:
-    def __init__(self, kind: str, identity_dir: Path, echo_encoder: str = "aiortc", rtsp: bool = False) -> None:
+    def __init__(
+        self,
+        kind: str,
+        identity_dir: Path,
+        echo_encoder: str = "aiortc",
+        rtsp: bool = False,
+        log: IO[str] | None = None,
+    ) -> None:
+        """`log`: where the server's log (its stderr) goes; this process's stderr by default."""
         self.kind = kind
         argv = [kind, str(identity_dir), echo_encoder] + (["rtsp"] if rtsp else [])
         self.process = subprocess.Popen(
             [sys.executable, "-m", "app.bench.server_bench", *argv],
             stdout=subprocess.PIPE,
+            stderr=log,
             text=True,
         )
         assert self.process.stdout is not None

@@ -237,6 +237,9 @@ class ViewerHub:
         except BaseException:
             await viewer.request_close()
             raise
+        if self._closed:  # the output ended while this viewer was negotiated: nothing would ever end it
+            await viewer.request_close()
+            raise OfferError(f"{self.name} has ended")
         self._viewers[viewer.id] = viewer
         if viewer.audio is not None:
             self.audio.tracks.append(viewer.audio)

@@ -87,6 +87,7 @@ class RevocationWatcher:
 
     async def _when_ended(self, output: Session | Stream, principal: Principal) -> None:
         await output.ended.wait()
+        self.state.heap.soon()
         self.access.viewer_tokens.forget_output(f"{output.core.kind}/{output.id}")
         if isinstance(output, Session):  # a stream's end is audited where it is closed, with its reason
             self.access.audit.event(

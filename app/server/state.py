@@ -36,6 +36,7 @@ from app.pipeline.identity_map import FaceEmbedder
 from app.pipeline.pipeline import FramePipeline
 from app.pipeline.swap import PreparedSource
 from app.provenance.service import Provenance
+from app.runtime.heap import HeapTrimmer
 from app.server.channels import ChannelManager, ChannelsUnavailable
 from app.server.ingest_policy import IngestPolicy
 from app.server.media_addresses import media_host_addresses
@@ -195,7 +196,11 @@ class ServerState:
         self.sessions: SessionManager | None = None
         self.streams: StreamManager | None = None
         self.peer_config = peer_config(settings)
-        self.viewers = Viewers(self.peer_config, settings.max_viewers_per_output, self.encoder)
+        # Freed memory goes back to the system when outputs and their viewers end (glibc keeps it otherwise).
+        self.heap = HeapTrimmer()
+        self.viewers = Viewers(
+            self.peer_config, settings.max_viewers_per_output, self.encoder, on_hub_closed=self.heap.soon
+        )
         self.ready = False
         self.not_ready_reason: str = "starting"
         self._load_task: asyncio.Task[None] | None = None
@@ -214,6 +219,8 @@ class ServerState:
         await loop.run_in_executor(self.control_executor, self.rtsp.start)
         self.metrics.rtsp_available.set(1 if self.rtsp.available else 0)
         self.metrics.count_rtsp_clients_with(self._rtsp_clients)
+        self.metrics.count_loop_tasks_with(lambda: len(asyncio.all_tasks(loop)))
+        self.metrics.count_whep_viewers_with(lambda: len(self.viewers.all()))
         await self._start_channels()
         self._load_task = loop.create_task(self._load())
         self._announce()
@@ -382,6 +389,7 @@ class ServerState:
             closers.append(self.streams.close_all(grace))
         results = await asyncio.gather(*closers, return_exceptions=True)
         await self.viewers.close_all()
+        self.heap.cancel()
         if self.channels is not None:
             await self.channels.stop()
         if not all(r is True for r in results):

@@ -30,8 +30,14 @@ class Viewers:
     """Hubs by output key (`session/ID`, `stream/ID`)."""
 
     def __init__(
-        self, peer: PeerConfig | None = None, max_per_output: int = 8, encoder: EncoderPolicy | None = None
+        self,
+        peer: PeerConfig | None = None,
+        max_per_output: int = 8,
+        encoder: EncoderPolicy | None = None,
+        on_hub_closed: Callable[[], None] | None = None,
     ) -> None:
+        """`on_hub_closed`: called once an output's viewers and their encoder have all been closed."""
+        self._on_hub_closed = on_hub_closed
         self._peer = peer or PeerConfig()
         self._encoder = encoder
         self._max_per_output = max_per_output
@@ -106,12 +112,15 @@ class Viewers:
         finally:
             if keyframe_listeners is not None and hub.request_keyframe in keyframe_listeners:
                 keyframe_listeners.remove(hub.request_keyframe)
-            self._hubs.pop(key, None)
+            if self._hubs.get(key) is hub:  # a new output under the same key (a channel made again) has its own
+                del self._hubs[key]
             if hub.offer in listeners:
                 listeners.remove(hub.offer)
             if audio_listeners is not None and hub.offer_audio in audio_listeners:
                 audio_listeners.remove(hub.offer_audio)
             await hub.close()
+            if self._on_hub_closed is not None:
+                self._on_hub_closed()
 
     async def close_all(self) -> None:
         for task in list(self._watchers):

@@ -6,7 +6,6 @@ It runs in a process of its own, as a real publisher does: PyAV holds the GIL wh
 
 from __future__ import annotations
 
-import datetime
 import os
 import subprocess
 import sys
@@ -18,11 +17,12 @@ from pathlib import Path
 import av
 import numpy as np
 
+from app.media.whip_certificate import write_certificate
 from app.pipeline.types import Image
 
 AUDIO_RATE = 48000
 KEY_VARIABLE = "WHIP_PUBLISHER_KEY"  # the Bearer key reaches the child in its environment, never its arguments
-P256_VARIABLE = "WHIP_PUBLISHER_P256"  # set: the muxer's DTLS uses a P-256 certificate of the publisher's
+P256_VARIABLE = "WHIP_PUBLISHER_P256"  # set: the muxer's DTLS uses a P-256 certificate (app/media/whip_certificate.py)
 
 
 def whip_unavailable_reason() -> str | None:
@@ -70,39 +70,6 @@ class WhipPublisher:
             self.process.wait()
 
 
-def p256_certificate(directory: Path) -> dict[str, str]:
-    """A self-signed ECDSA P-256 certificate for the muxer's DTLS, as its options name it.
-
-    Without one, an FFmpeg built with GnuTLS (as PyAV's wheel is) makes a P-224 certificate, which a server on
-    OpenSSL 4 refuses (docs/guides/whip-in.md)."""
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import NameOID
-
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "whip-publisher")])
-    now = datetime.datetime.now(datetime.timezone.utc)
-    certificate = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(days=1))
-        .not_valid_after(now + datetime.timedelta(days=1))
-        .sign(key, hashes.SHA256())
-    )
-    cert_file, key_file = directory / "whip-cert.pem", directory / "whip-key.pem"
-    cert_file.write_bytes(certificate.public_bytes(serialization.Encoding.PEM))
-    key_file.write_bytes(
-        key.private_bytes(
-            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-        )
-    )
-    return {"cert_file": str(cert_file), "key_file": str(key_file)}
-
-
 def publish(url: str, key: str | None, frames: np.ndarray, fps: int, certificate: dict[str, str]) -> None:
     options = {**({"authorization": key} if key else {}), **certificate}
     with av.open(url, "w", format="whip", options=options, timeout=(20, 10)) as container:
@@ -143,5 +110,5 @@ if __name__ == "__main__":
 
     av.logging.set_level(av.logging.DEBUG if os.environ.get("WHIP_PUBLISHER_DEBUG") else av.logging.INFO)
     clip = Path(sys.argv[2])
-    certificate = p256_certificate(clip.parent) if os.environ.get(P256_VARIABLE) else {}
+    certificate = write_certificate(clip.parent) if os.environ.get(P256_VARIABLE) else {}
     publish(sys.argv[1], os.environ.get(KEY_VARIABLE), np.load(clip), int(sys.argv[3]), certificate)

@@ -3,7 +3,9 @@ a send-only offer without candidates and with a Bearer key into `/v1/sessions` w
 RTSP output shows the publisher's frames, swapped.
 
 The publisher brings a P-256 certificate for its DTLS: the one FFmpeg makes by itself when built with GnuTLS is
-P-224, which this server's OpenSSL refuses (docs/guides/whip-in.md); the second test keeps that measured."""
+P-224, which this server's OpenSSL refuses (docs/guides/whip-in.md); the second test keeps that measured. The
+third closes the loop: a channel's WHIP push (FFmpeg's muxer again, given a P-256 certificate by the server)
+is a swapcast session's camera."""
 
 from collections.abc import Callable
 from pathlib import Path
@@ -21,6 +23,7 @@ from app.pipeline.pipeline import FramePipeline
 from app.pipeline.types import Image
 from app.settings import PipelineSettings
 from tests.helpers import wait_for
+from tests.server.channel_clients import RtspConsumer, banded
 from tests.server.credentials import bearer
 from tests.server.harness import RunningServer, server_settings, start_server, upload
 from tests.server.test_channels import USER
@@ -41,7 +44,7 @@ def stamped(frames: list[Image]) -> list[Image]:
 
 
 def keyed_server(
-    root: Path, pipeline_factory: Callable[[PipelineSettings], FramePipeline]
+    root: Path, pipeline_factory: Callable[[PipelineSettings], FramePipeline], **overrides: object
 ) -> tuple[RunningServer, str]:
     key = KeyStore(root / "keys.json").create("alice", USER)[1]
     settings = server_settings(
@@ -50,23 +53,24 @@ def keyed_server(
         channel_dir=root / "channels",
         rtsp_enabled=True,
         rtsp_port=0,
+        **overrides,
     )
     return start_server(settings, pipeline_factory), key
 
 
-def whip_url(server: RunningServer, key: str, tom_png: bytes) -> tuple[str, str]:
+def whip_url(server: RunningServer, key: str, tom_png: bytes, channel: str = "obs") -> tuple[str, str]:
     """The WHIP endpoint of a session publishing into a new channel, and the channel's RTSP URL."""
     identity = upload(server.base_url, tom_png, "tom.png", headers=bearer(key)).json()["id"]
     made = httpx.post(
-        f"{server.base_url}/v1/channels", headers=bearer(key), json={"name": "obs", "width": 640, "height": 480}
+        f"{server.base_url}/v1/channels", headers=bearer(key), json={"name": channel, "width": 640, "height": 480}
     )
     assert made.status_code == 201, made.text
-    return f"{server.base_url}/v1/sessions?identity={identity}&channel=obs", made.json()["rtsp_url"]
+    return f"{server.base_url}/v1/sessions?identity={identity}&channel={channel}", made.json()["rtsp_url"]
 
 
-def publisher(server: RunningServer, key: str) -> str | None:
+def publisher(server: RunningServer, key: str, channel: str = "obs") -> str | None:
     """The session publishing into the channel, if any."""
-    state = httpx.get(f"{server.base_url}/v1/channels/obs", headers=bearer(key))
+    state = httpx.get(f"{server.base_url}/v1/channels/{channel}", headers=bearer(key))
     assert state.status_code == 200, state.text
     found: str | None = state.json()["publisher"]
     return found
@@ -109,3 +113,38 @@ def test_ffmpegs_own_p224_certificate_is_refused_with_a_failed_dtls_handshake(
         finally:
             camera.stop()
     assert "DTLS session failed" in camera.output(), camera.output()
+
+
+@pytest.mark.slow
+def test_a_whip_push_reaches_a_swapcast_session_as_its_camera(
+    tmp_path: Path, pipeline_factory: Callable[[PipelineSettings], FramePipeline], tom_png: bytes, clip: MotionClip
+) -> None:
+    """Channel "studio" (FFmpeg's WHIP camera) pushes over WHIP, with the Bearer key, into a session of the same
+    server publishing into channel "obs": swapcast's WHIP push and its WHIP ingest, end to end."""
+    server, key = keyed_server(tmp_path, pipeline_factory, max_sessions=3, push_retry_s=0.5, push_retry_max_s=2.0)
+    with server:
+        studio_url, _ = whip_url(server, key, tom_png, "studio")
+        obs_url, obs_rtsp = whip_url(server, key, tom_png, "obs")
+        added = httpx.post(
+            f"{server.base_url}/v1/channels/studio/pushes", headers=bearer(key), json={"url": obs_url, "key": key}
+        )
+        assert added.status_code == 201, added.text
+        push_id = added.json()["id"]
+
+        def push_stats() -> dict:
+            url = f"{server.base_url}/v1/channels/studio/pushes/{push_id}"
+            return dict(httpx.get(url, headers=bearer(key)).json())
+
+        camera = WhipPublisher(studio_url, key, banded(clip.frames, "red"), tmp_path)
+        reader = RtspConsumer(obs_rtsp)
+        try:
+            arrived = wait_for(lambda: reader.seen.first("red") is not None or camera.failed, 90)
+            assert arrived and not camera.failed, (camera.output(), push_stats(), reader.seen.errors)
+            assert publisher(server, key, "obs") is not None
+            assert wait_for(lambda: push_stats()["state"] == "live", 30), push_stats()
+            stats = push_stats()
+            assert stats["frames_sent"] > 0 and stats["connects"] >= 1, stats
+            assert key not in str(stats)
+        finally:
+            reader.stop()
+            camera.stop()

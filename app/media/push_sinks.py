@@ -23,6 +23,7 @@ from av.video.stream import VideoStream
 
 from app.media.encoder import EncoderPolicy
 from app.media.push_destination import Destination
+from app.media.whip_certificate import whip_certificate_options
 
 AUDIO_RATE = 48000
 AUDIO_BITRATE = 128000
@@ -120,7 +121,8 @@ def open_sink(destination: Destination, width: int, height: int, fps: int, polic
     if destination.kind == "rtmp":
         return MuxSink(destination.target, "flv", width, height, fps, policy, "aac")
     if destination.kind == "whip":
-        options = {"authorization": destination.key} if destination.key else {}
+        # A P-256 certificate for its DTLS: FFmpeg's own is P-224, which OpenSSL 4 receivers refuse.
+        options = {**whip_certificate_options(), **({"authorization": destination.key} if destination.key else {})}
         return MuxSink(destination.target, "whip", width, height, fps, policy, "libopus", options)
     return SrtSink(destination, width, height, fps, policy)
 

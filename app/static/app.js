@@ -291,11 +291,14 @@ function chosenOptions() {
   const options = {};
   const faceLost = $("face-lost-select").value;
   if (faceLost) options.on_face_lost = faceLost;
-  if (!$("occlusion-toggle").checked) options.occlusion = false;
+  const box = $("occlusion-toggle");
+  if (!box.checked && !box.disabled) options.occlusion = false;  // disabled: the server has no such stage
   return options;
 }
 
-async function applyOptions(sessionUrl, options = chosenOptions()) {
+// `announce`: say what changed (the user changed it), rather than quietly carrying the options over to a new
+// session, whose own status ("live", "Reconnected") must stay.
+async function applyOptions(sessionUrl, options = chosenOptions(), announce = false) {
   if (!sessionUrl) return;
   const response = await api(`${sessionUrl}/options`, {
     method: "PATCH",
@@ -311,7 +314,7 @@ async function applyOptions(sessionUrl, options = chosenOptions()) {
   const box = $("occlusion-toggle");
   box.checked = applied.occlusion;
   box.disabled = !applied.occlusion_available;
-  if ("occlusion" in options) {
+  if (announce && "occlusion" in options) {
     setStatus($("session-status"), applied.occlusion ? "hands kept in front" : "faces pasted whole");
   }
 }
@@ -734,10 +737,11 @@ for (const choice of document.querySelectorAll("#whose input[name=whose]")) {
   choice.addEventListener("change", () => { renderPersonChoice(); switchLive(); });
 }
 $("person-select").addEventListener("change", switchLive);
-$("face-lost-select").addEventListener("change", () => applyOptions(page.sessionUrl).catch(() => {}));
+$("face-lost-select").addEventListener("change", () =>
+  applyOptions(page.sessionUrl, chosenOptions(), true).catch(() => {}));
 $("start-button").addEventListener("click", start);
 $("occlusion-toggle").addEventListener("change", () =>
-  applyOptions(page.sessionUrl, { occlusion: $("occlusion-toggle").checked }).catch(() => {}));
+  applyOptions(page.sessionUrl, { occlusion: $("occlusion-toggle").checked }, true).catch(() => {}));
 $("stop-button").addEventListener("click", stop);
 $("channel-input").value = new URLSearchParams(location.search).get("channel") || "";
 $("copy-rtsp").addEventListener("click", () => navigator.clipboard.writeText(page.rtspUrl || ""));

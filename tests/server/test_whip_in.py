@@ -24,9 +24,8 @@ from app.pipeline.types import Image
 from app.settings import PipelineSettings
 from tests.helpers import wait_for
 from tests.server.channel_clients import RtspConsumer, banded
-from tests.server.credentials import bearer
+from tests.server.credentials import USER_SCOPES, bearer
 from tests.server.harness import RunningServer, server_settings, start_server, upload
-from tests.server.test_channels import USER
 from tests.server.test_rtsp_outputs import check_swapped, pull
 from tests.server.whip_publisher import WhipPublisher, whip_unavailable_reason
 
@@ -46,7 +45,7 @@ def stamped(frames: list[Image]) -> list[Image]:
 def keyed_server(
     root: Path, pipeline_factory: Callable[[PipelineSettings], FramePipeline], **overrides: object
 ) -> tuple[RunningServer, str]:
-    key = KeyStore(root / "keys.json").create("alice", USER)[1]
+    key = KeyStore(root / "keys.json").create("alice", USER_SCOPES)[1]
     settings = server_settings(
         root / "identities",
         access=AccessSettings(keys_file=root / "keys.json", auth_failure_delay_s=0.0),

@@ -16,15 +16,19 @@ from tests.server.harness import PAGE_HEADERS, server_settings, start_server, up
 from tests.server.test_bad_input import SDP, real_offer
 
 
-def _switch(
+def options_answers(
     tmp_path: Path,
     pipeline_factory: Callable[[PipelineSettings], FramePipeline],
     tom_png: bytes,
     mode: str,
     bodies: list[tuple[object, int]],
+    **pipeline: object,
 ) -> list[httpx.Response]:
+    """The session's stats, then the answer to each PATCH of `bodies` (each with the status it must get), on a
+    server with occlusion `mode` and the `pipeline` settings given."""
+
     def factory(settings: PipelineSettings) -> FramePipeline:
-        return pipeline_factory(settings.model_copy(update={"occlusion": mode}))
+        return pipeline_factory(settings.model_copy(update={"occlusion": mode, **pipeline}))
 
     answers = []
     with start_server(server_settings(tmp_path / "identities"), factory) as server:
@@ -59,7 +63,7 @@ def test_occlusion_is_switched_per_session(
         store.ensure("hand_landmark")
     except ModelError as exc:
         pytest.skip(f"the hand model cannot be imported here: {exc}")
-    first, off, bad, on = _switch(
+    first, off, bad, on = options_answers(
         tmp_path,
         pipeline_factory,
         tom_png,
@@ -75,7 +79,7 @@ def test_occlusion_is_switched_per_session(
 def test_a_server_without_the_stage_says_so(
     tmp_path: Path, pipeline_factory: Callable[[PipelineSettings], FramePipeline], tom_png: bytes
 ) -> None:
-    first, refused, off = _switch(
+    first, refused, off = options_answers(
         tmp_path,
         pipeline_factory,
         tom_png,

@@ -22,6 +22,7 @@ def mouth_of(answer: httpx.Response) -> tuple[bool, bool]:
 def test_the_servers_mouth_mask_is_a_default_each_session_switches(
     tmp_path: Path, pipeline_factory: Callable[[PipelineSettings], FramePipeline], tom_png: bytes
 ) -> None:
+    info: list[httpx.Response] = []
     first, off, bad, refused, on = options_answers(
         tmp_path,
         pipeline_factory,
@@ -33,9 +34,11 @@ def test_the_servers_mouth_mask_is_a_default_each_session_switches(
             ({"mouth_mask": True, "occlusion": True}, 409),  # occlusion is refused: the mask stays off
             ({"mouth_mask": True, "on_face_lost": "cover"}, 200),
         ],
+        info,
         engine="classic",
         mouth_mask=0.8,
     )
+    assert info[0].json()["mouth_mask"] == {"available": True, "default": True, "reason": None}
     assert mouth_of(first) == (True, True)
     assert mouth_of(off) == (False, True)
     assert bad.status_code == 422
@@ -64,17 +67,21 @@ def test_the_mesh_engine_keeps_the_mouth_for_sessions_that_ask(
 def test_a_server_without_the_mouth_mask_says_how_to_enable_it(
     tmp_path: Path, pipeline_factory: Callable[[PipelineSettings], FramePipeline], tom_png: bytes
 ) -> None:
+    info: list[httpx.Response] = []
     first, refused, off = options_answers(
         tmp_path,
         pipeline_factory,
         tom_png,
         "off",
         [({"mouth_mask": True, "on_face_lost": "cover"}, 409), ({"mouth_mask": False}, 200)],
+        info,
         engine="classic",
         mouth_mask=0.0,
     )
     assert mouth_of(first) == (False, False)
     detail = refused.json()["detail"]
     assert "the mouth mask is not available on this server" in detail and "SWAPCAST_MOUTH_MASK" in detail
+    # The page learns it before any session, to show the box disabled with the reason.
+    assert info[0].json()["mouth_mask"] == {"available": False, "default": False, "reason": detail}
     assert mouth_of(off) == (False, False)
     assert off.json()["options"]["on_face_lost"] == "hold"  # the refused change changed nothing

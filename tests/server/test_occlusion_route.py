@@ -22,10 +22,12 @@ def options_answers(
     tom_png: bytes,
     mode: str,
     bodies: list[tuple[object, int]],
+    server_info: list[httpx.Response] | None = None,
     **pipeline: object,
 ) -> list[httpx.Response]:
     """The session's stats, then the answer to each PATCH of `bodies` (each with the status it must get), on a
-    server with occlusion `mode` and the `pipeline` settings given."""
+    server with occlusion `mode` and the `pipeline` settings given; `server_info` gets the server's
+    `GET /v1/server`."""
 
     def factory(settings: PipelineSettings) -> FramePipeline:
         return pipeline_factory(settings.model_copy(update={"occlusion": mode, **pipeline}))
@@ -33,6 +35,8 @@ def options_answers(
     answers = []
     with start_server(server_settings(tmp_path / "identities"), factory) as server:
         base = server.base_url
+        if server_info is not None:
+            server_info.append(httpx.get(f"{base}/v1/server", headers=PAGE_HEADERS))
         identity = upload(base, tom_png, "tom.png").json()["id"]
         created = httpx.post(f"{base}/v1/sessions?identity={identity}", content=real_offer(), headers=SDP)
         assert created.status_code == 201, created.text

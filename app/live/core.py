@@ -21,6 +21,7 @@ from app.live.hops import HopRecorder
 from app.names import FaceLostPolicy
 from app.observability import Metrics
 from app.pipeline.identity_map import FaceSources, describe_sources
+from app.pipeline.mouth import UNAVAILABLE as UNAVAILABLE_MOUTH
 from app.pipeline.pipeline import FramePipeline
 from app.pipeline.timing import StageTimer
 from app.pipeline.types import Image
@@ -58,23 +59,40 @@ class LiveCore:
         self._live = pipeline.new_live_stream()
         self._lock = threading.Lock()  # counters are touched from the transport's and the worker's threads
 
-    def set_occlusion(self, enabled: bool) -> None:
-        """Keep hands in front of this stream's faces (True) or paste faces whole, from the next frame on; a
-        UserError where the server runs without the occlusion stage."""
-        if enabled and self._pipeline.hands is None:
+    def set_options(
+        self,
+        *,
+        on_face_lost: FaceLostPolicy | None = None,
+        occlusion: bool | None = None,
+        mouth_mask: bool | None = None,
+    ) -> None:
+        """Change this stream's options given (None: as it is), from the next frame on, all or nothing: a
+        UserError, and nothing changed, where one asked for is not available on this server."""
+        if occlusion and self._pipeline.hands is None:
             raise UserError(
                 "occlusion is not available on this server: SWAPCAST_OCCLUSION is off, or the hand model is not "
                 "imported (swapcast models import hand_landmark)"
             )
-        self._live.tracker.occlusion = enabled
+        if mouth_mask and self._pipeline.mouth_default is None:
+            raise UserError(UNAVAILABLE_MOUTH)
+        if on_face_lost is not None:
+            self.set_face_lost(on_face_lost)
+        if occlusion is not None:
+            self._live.tracker.occlusion = occlusion
+        if mouth_mask is not None:
+            self._live.tracker.keep_mouth = mouth_mask
 
     def options(self) -> dict[str, Any]:
         """This stream's own options (the server's settings are their defaults)."""
         available = self._pipeline.hands is not None
+        mouth_default, keep_mouth = self._pipeline.mouth_default, self._live.tracker.keep_mouth
         return {
             "on_face_lost": self.face_lost,
             "occlusion": available and self._live.tracker.occlusion,  # hands kept in front of faces
             "occlusion_available": available,  # the server runs the occlusion stage
+            # the target's own mouth kept in the swapped faces
+            "mouth_mask": mouth_default is not None and (mouth_default if keep_mouth is None else keep_mouth),
+            "mouth_mask_available": mouth_default is not None,  # the server's engine can keep the mouth
         }
 
     def switch(self, identity_id: str, source: FaceSources) -> None:

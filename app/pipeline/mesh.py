@@ -33,7 +33,7 @@ from app.pipeline.mesh_warp import (
     upsample,
     uv_mask,
 )
-from app.pipeline.mouth import OUTER_LIPS, mouth_region
+from app.pipeline.mouth import DEFAULT_AMOUNT, OUTER_LIPS, keeps_mouth, mouth_region
 from app.pipeline.stage import DEFAULT_SESSION
 from app.pipeline.swap import PreparedSource, SwapItem, check_sources
 from app.pipeline.timing import StageTimer
@@ -49,7 +49,7 @@ class MeshConfig:
     grid_face: int = 160  # geometry is computed with the face at most this many pixels wide, maps upsampled
     hole_feather: float = 0.006  # sigma of the mouth/eye hole edges, as a fraction of the crop
     keep_eyes: float = 1.0  # show the target's own eyes (gaze, blinks) inside the lids: 0 the source's .. 1
-    mouth_mask: float = 0.0  # keep the target's own lips too (app.pipeline.mouth): 0 off .. 1
+    mouth_mask: float = 0.0  # keep the target's own lips too (app.pipeline.mouth): 0 off .. 1; items may override
     shape: float = 0.0  # pull the inner face toward the source's proportions (lips, lids, outline stay): 0 .. 1
     color_strength: float = 1.0
 
@@ -74,6 +74,9 @@ class MeshEngine:
         factor = max(1, int(np.ceil(self.config.size / CROP_FRAMING / self.config.grid_face)))
         self.grid = int(np.ceil(self.config.size / factor))
         self.scale = self.config.size / self.grid
+        # The lips are kept per item (`SwapItem.keep_mouth`); the configured amount is only the default.
+        self.mouth_default = self.config.mouth_mask > 0
+        self.mouth_amount = self.config.mouth_mask if self.mouth_default else DEFAULT_AMOUNT
 
     def prepare(self, image: Image, face: Face) -> PreparedSource:
         """The source texture, framed by a second landmark pass (the detector's five points frame it roughly)."""
@@ -107,14 +110,23 @@ class MeshEngine:
         found = dict(zip(untracked, self.crop_landmarks.process([batch[i].crop for i in untracked]), strict=True))
         meshes = [found[i] if item.mesh is None else item.mesh for i, item in enumerate(batch)]
         return [
-            item.crop.copy() if mesh is None else self.swap_one(item.crop, item.source.data, mesh)
+            item.crop.copy()
+            if mesh is None
+            else self.swap_one(item.crop, item.source.data, mesh, keep_mouth=keeps_mouth(item, self.mouth_default))
             for item, mesh in zip(batch, meshes, strict=True)
         ]
 
     def swap_one(
-        self, target: Image, record: npt.NDArray[np.void], target_mesh: Mesh, timer: StageTimer | None = None
+        self,
+        target: Image,
+        record: npt.NDArray[np.void],
+        target_mesh: Mesh,
+        timer: StageTimer | None = None,
+        *,
+        keep_mouth: bool | None = None,
     ) -> Image:
-        """`timer` (benchmarks): time each step as its own stage."""
+        """`timer` (benchmarks): time each step as its own stage. `keep_mouth`: the target's lips too (None: the
+        configured default)."""
 
         def step(name: str) -> AbstractContextManager[None]:
             return timer.stage(f"mesh_{name}") if timer is not None else nullcontext()
@@ -128,9 +140,9 @@ class MeshEngine:
         with step("mask"):
             mask = sample_uv_mask(maps, uv_mask())
             mask *= 1.0 - self._holes(target_mesh)
-            if self.config.mouth_mask > 0:
+            if self.mouth_default if keep_mouth is None else keep_mouth:
                 on_grid = (target_mesh[:, :2] + 0.5) / scale - 0.5
-                mask *= 1.0 - self.config.mouth_mask * mouth_region(on_grid, mask.shape[:2])
+                mask *= 1.0 - self.mouth_amount * mouth_region(on_grid, mask.shape[:2])
             full_mask = upsample(mask, size)
         if float(full_mask.max()) <= 0.0:
             return target.copy()

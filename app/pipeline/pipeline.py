@@ -23,6 +23,7 @@ from app.pipeline.identity_map import PENDING, FaceSources, MappedFaces
 from app.pipeline.landmarks import Mesh, five_points
 from app.pipeline.live import LiveTracking
 from app.pipeline.mesh_track import MeshTracking, TracksLandmarks, eye_distance, mesh_in, unfound_as_lost
+from app.pipeline.mouth import KeepsMouth
 from app.pipeline.occlusion import HandFinder, HandTracking, Points, hand_mask
 from app.pipeline.paste import PasteBack, PasteConfig, PasteItem
 from app.pipeline.smoothing import LandmarkSmoother, SmoothingConfig
@@ -117,6 +118,12 @@ class FramePipeline:
         if self.hands is not None:
             self.hands.close()
 
+    @property
+    def mouth_default(self) -> bool | None:
+        """Whether streams keep the target's mouth unless they say (the server's setting); None where the engine
+        cannot keep it at all (app.pipeline.mouth)."""
+        return self.engine.mouth_default if isinstance(self.engine, KeepsMouth) else None
+
     def new_stream(self) -> FaceTracker:
         """Per-stream state for video: tracking and detection interval."""
         return FaceTracker(self.config.tracker)
@@ -210,8 +217,9 @@ class FramePipeline:
             aligned = align_faces(frames, chosen, self.engine.align)
         with timer.stage("swap"):
             tracked = meshes or [None] * len(aligned)  # in the crops' pixels where the landmarks were tracked
+            keep_mouth = tracker.keep_mouth if tracker is not None else None
             swap_items = [
-                SwapItem(a.crop, s, None if mesh is None else mesh_in(mesh, a.matrix))
+                SwapItem(a.crop, s, None if mesh is None else mesh_in(mesh, a.matrix), keep_mouth)
                 for a, s, mesh in zip(aligned, face_sources, tracked, strict=True)
             ]
             swapped = self.stages.swap.process(swap_items, session=session)

@@ -36,6 +36,9 @@ class SwapItem:
     crop: Image
     source: PreparedSource
     mesh: np.ndarray | None = None  # the crop's dense landmarks when the caller tracked them (468×3, crop pixels)
+    # Keep the target's own mouth (app.pipeline.mouth), for engines that can: None is the engine's default (the
+    # server's setting). Per item, so one shared engine serves streams with and without it.
+    keep_mouth: bool | None = None
 
 
 class SwapEngine(Protocol):

@@ -167,6 +167,7 @@ class FaceTracker:
         self.landmarks: MeshTracking | None = None
         self.hands: HandTracking | None = None  # hands found over its faces, when occlusion is on
         self.occlusion = True  # this stream keeps hands in front (where the pipeline has the stage); users switch it
+        self.keep_mouth: bool | None = None  # this stream keeps the target's mouth (None: the server's setting)
         self.smoother: LandmarkSmoother | None = None  # its faces' landmark filters, when they are smoothed
 
     # When to detect: decided here only; the pipeline (files, batches) and live streams ask.

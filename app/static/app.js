@@ -115,6 +115,8 @@ async function loadServer() {
   }
   const rtsp = page.server.rtsp.available ? "RTSP on" : `RTSP off (${page.server.rtsp.reason})`;
   setStatus(status, `ready · engine ${page.server.engine} · ${rtsp}`);
+  const mouth = page.server.mouth_mask;
+  showMouth(mouth.default, mouth.available, mouth.reason);
   updateButtons();
 }
 
@@ -286,14 +288,27 @@ async function upload(event) {
 
 // The session's own options (the server's settings are their defaults); every new session of the stream gets
 // them. A session starts with hands kept in front where the server has the stage: the box is only sent to turn
-// that off, and then shows what the server does.
+// that off, and then shows what the server does. The mouth box starts as the server's default and is sent as it
+// stands wherever the server can keep the mouth.
 function chosenOptions() {
   const options = {};
   const faceLost = $("face-lost-select").value;
   if (faceLost) options.on_face_lost = faceLost;
   const box = $("occlusion-toggle");
   if (!box.checked && !box.disabled) options.occlusion = false;  // disabled: the server has no such stage
+  const mouth = $("mouth-toggle");
+  if (!mouth.disabled) options.mouth_mask = mouth.checked;  // disabled: the server cannot keep the mouth
   return options;
+}
+
+// The mouth box as the server has it; where it cannot keep the mouth, disabled with the reason beside it.
+function showMouth(kept, available, reason) {
+  const box = $("mouth-toggle");
+  box.checked = kept;
+  box.disabled = !available;
+  const note = $("mouth-note");
+  note.textContent = available ? "" : (reason || "the server cannot keep the mouth");
+  note.hidden = available;
 }
 
 // `announce`: say what changed (the user changed it), rather than quietly carrying the options over to a new
@@ -314,8 +329,12 @@ async function applyOptions(sessionUrl, options = chosenOptions(), announce = fa
   const box = $("occlusion-toggle");
   box.checked = applied.occlusion;
   box.disabled = !applied.occlusion_available;
+  showMouth(applied.mouth_mask, applied.mouth_mask_available, page.server && page.server.mouth_mask.reason);
   if (announce && "occlusion" in options) {
     setStatus($("session-status"), applied.occlusion ? "hands kept in front" : "faces pasted whole");
+  }
+  if (announce && "mouth_mask" in options) {
+    setStatus($("session-status"), applied.mouth_mask ? "your own mouth kept" : "mouth swapped too");
   }
 }
 
@@ -742,6 +761,8 @@ $("face-lost-select").addEventListener("change", () =>
 $("start-button").addEventListener("click", start);
 $("occlusion-toggle").addEventListener("change", () =>
   applyOptions(page.sessionUrl, { occlusion: $("occlusion-toggle").checked }, true).catch(() => {}));
+$("mouth-toggle").addEventListener("change", () =>
+  applyOptions(page.sessionUrl, { mouth_mask: $("mouth-toggle").checked }, true).catch(() => {}));
 $("stop-button").addEventListener("click", stop);
 $("channel-input").value = new URLSearchParams(location.search).get("channel") || "";
 $("copy-rtsp").addEventListener("click", () => navigator.clipboard.writeText(page.rtspUrl || ""));

@@ -222,6 +222,14 @@ def test_browser_streams_through_the_page(
                 page.wait_for_function("() => document.getElementById('occlusion-toggle').disabled", timeout=10_000)
                 assert page.is_checked("#occlusion-toggle") is False
 
+            # The "Keep my own mouth" box: this server's engine cannot keep the mouth (classic, SWAPCAST_MOUTH_MASK
+            # 0), so the box is disabled and says how to enable it (the reconnection test clicks it where it can).
+            assert httpx.get(f"{server.base_url}{session_url}").json()["options"]["mouth_mask_available"] is False
+            mouth_box = page.get_by_label("Keep my own mouth")
+            assert mouth_box.is_disabled() and not mouth_box.is_checked()
+            assert page.is_visible("#mouth-note")
+            assert "SWAPCAST_MOUTH_MASK" in (page.text_content("#mouth-note") or "")
+
             page.click("#stop-button")
             page.wait_for_function("() => window.swapcast.state === 'stopped'")
             assert httpx.get(f"{server.base_url}{session_url}").status_code == 404

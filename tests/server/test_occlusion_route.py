@@ -16,19 +16,27 @@ from tests.server.harness import PAGE_HEADERS, server_settings, start_server, up
 from tests.server.test_bad_input import SDP, real_offer
 
 
-def _switch(
+def options_answers(
     tmp_path: Path,
     pipeline_factory: Callable[[PipelineSettings], FramePipeline],
     tom_png: bytes,
     mode: str,
     bodies: list[tuple[object, int]],
+    server_info: list[httpx.Response] | None = None,
+    **pipeline: object,
 ) -> list[httpx.Response]:
+    """The session's stats, then the answer to each PATCH of `bodies` (each with the status it must get), on a
+    server with occlusion `mode` and the `pipeline` settings given; `server_info` gets the server's
+    `GET /v1/server`."""
+
     def factory(settings: PipelineSettings) -> FramePipeline:
-        return pipeline_factory(settings.model_copy(update={"occlusion": mode}))
+        return pipeline_factory(settings.model_copy(update={"occlusion": mode, **pipeline}))
 
     answers = []
     with start_server(server_settings(tmp_path / "identities"), factory) as server:
         base = server.base_url
+        if server_info is not None:
+            server_info.append(httpx.get(f"{base}/v1/server", headers=PAGE_HEADERS))
         identity = upload(base, tom_png, "tom.png").json()["id"]
         created = httpx.post(f"{base}/v1/sessions?identity={identity}", content=real_offer(), headers=SDP)
         assert created.status_code == 201, created.text
@@ -59,7 +67,7 @@ def test_occlusion_is_switched_per_session(
         store.ensure("hand_landmark")
     except ModelError as exc:
         pytest.skip(f"the hand model cannot be imported here: {exc}")
-    first, off, bad, on = _switch(
+    first, off, bad, on = options_answers(
         tmp_path,
         pipeline_factory,
         tom_png,
@@ -75,7 +83,7 @@ def test_occlusion_is_switched_per_session(
 def test_a_server_without_the_stage_says_so(
     tmp_path: Path, pipeline_factory: Callable[[PipelineSettings], FramePipeline], tom_png: bytes
 ) -> None:
-    first, refused, off = _switch(
+    first, refused, off = options_answers(
         tmp_path,
         pipeline_factory,
         tom_png,

@@ -106,6 +106,11 @@ def stream_live(page: Any) -> str:
     return str(page.evaluate("window.swapcast.sessionUrl"))
 
 
+def mouth_mask(server: RunningServer, session_url: str) -> dict[str, Any]:
+    options = httpx.get(f"{server.base_url}{session_url}", headers=PAGE_HEADERS).json()["options"]
+    return {key: options[key] for key in ("mouth_mask", "mouth_mask_available")}
+
+
 def make_channel(server: RunningServer, name: str) -> None:
     made = httpx.post(f"{server.base_url}/v1/channels", json={"name": name}, headers=PAGE_HEADERS)
     assert made.status_code == 201, made.text
@@ -279,9 +284,14 @@ def test_the_page_reconnects_after_the_network_stays_silent(
     tom_png: bytes,
 ) -> None:
     """No answer from the server for longer than the grace: the page gives the connection up and opens a new
-    session (a server that ends silent sessions late, so only the browser notices)."""
+    session (a server that ends silent sessions late, so only the browser notices), with the options the user
+    chose on the page (here the mouth mask, which the server keeps by default, turned off)."""
     args = chromium_args(camera(detector, tmp_path))
-    settings = server_settings(tmp_path / "identities", media_timeout_s=120.0)
+    settings = server_settings(
+        tmp_path / "identities",
+        media_timeout_s=120.0,
+        pipeline=PipelineSettings(engine="classic", mouth_mask=1.0),
+    )
     with start_server(settings, pipeline_factory) as server:
         identity = upload(server.base_url, tom_png, "tom.png").json()["id"]
         posts = SessionPosts()
@@ -293,6 +303,12 @@ def test_the_page_reconnects_after_the_network_stays_silent(
                 page = open_page(browser, server, posts, identity, errors)
                 first_url = stream_live(page)
                 first_id = first_url.rsplit("/", 1)[1]
+                assert mouth_mask(server, first_url) == {"mouth_mask": True, "mouth_mask_available": True}
+                mouth_box = page.get_by_label("Keep my own mouth")
+                assert mouth_box.is_checked() and mouth_box.is_enabled() and not page.is_visible("#mouth-note")
+                mouth_box.uncheck()
+                page.wait_for_selector("#session-status:has-text('mouth swapped too')", timeout=10_000)
+                assert mouth_mask(server, first_url) == {"mouth_mask": False, "mouth_mask_available": True}
 
                 cut_network(server, first_id)
                 page.wait_for_function(
@@ -314,6 +330,10 @@ def test_the_page_reconnects_after_the_network_stays_silent(
                     "() => window.swapcast.server && window.swapcast.server.frames_out >= 15", timeout=60_000
                 )
                 assert page.evaluate("window.cameraRequests") == 1
+                # The mouth mask the user turned off stays off on the new session, and the box says so.
+                second_url = str(page.evaluate("window.swapcast.sessionUrl"))
+                assert mouth_mask(server, second_url) == {"mouth_mask": False, "mouth_mask_available": True}
+                assert not mouth_box.is_checked()
                 assert errors == []
             finally:
                 browser.close()

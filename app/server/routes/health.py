@@ -6,6 +6,8 @@ from fastapi import APIRouter, Response
 from fastapi.responses import JSONResponse
 
 from app.auth.guard import PUBLIC, AccessDep, Authenticated, MetricsReader
+from app.pipeline.mouth import UNAVAILABLE as MOUTH_UNAVAILABLE
+from app.pipeline.pipeline import FramePipeline
 from app.server.deps import StateDep
 from app.server.errors import retry_after
 
@@ -47,6 +49,17 @@ async def metrics(state: StateDep, _: MetricsReader) -> Response:
     return Response(body, media_type=content_type)
 
 
+def mouth_mask(pipeline: FramePipeline) -> dict[str, Any]:
+    """Whether sessions can keep their own mouth (their live option `mouth_mask`), and what they get unless
+    they say."""
+    default = pipeline.mouth_default
+    return {
+        "available": default is not None,
+        "default": bool(default),
+        "reason": None if default is not None else MOUTH_UNAVAILABLE,
+    }
+
+
 @router.get("/v1/server")
 async def server_info(state: StateDep, principal: Authenticated) -> dict[str, Any]:
     s = state.settings
@@ -57,6 +70,7 @@ async def server_info(state: StateDep, principal: Authenticated) -> dict[str, An
         "engine": pipeline.engine.name if pipeline else None,
         "model_key": pipeline.engine.model_key if pipeline else None,
         "models_changed_on_disk": state.models_changed_on_disk(),
+        "mouth_mask": mouth_mask(pipeline) if pipeline else None,
         "rtsp": {
             "available": state.rtsp.available,
             "reason": state.rtsp.reason,

@@ -1,6 +1,7 @@
 """What sessions and streams answer alike: the caller's list, one output's stats, switching its identity or
 identity map live (`{"identity": ID}` or `{"map": [{"person": ID, "identity": ID}], "match_threshold": 0.92}`,
-only the owner's identities; admin: any), and its live options, from the next frame on."""
+only the owner's identities; admin: any), and its live options (face-lost policy, occlusion,
+mouth mask), from the next frame on."""
 
 from enum import Enum
 from typing import Annotated, Any
@@ -23,12 +24,15 @@ class LiveOptions(BaseModel):
     """Options of one live output; each left out stays as it is. `on_face_lost`: what a swapped face the
     detector misses gets (`hold`: swapped where the tracker predicts it, then covered; `cover`: pixelated;
     `pass`: shown as it is); the server's `SWAPCAST_ON_FACE_LOST` is the default. `occlusion`: hands in front
-    of the faces kept (true, the default where the server runs the stage) or faces pasted whole (false)."""
+    of the faces kept (true, the default where the server runs the stage) or faces pasted whole (false).
+    `mouth_mask`: the target's own mouth (lips, teeth, tongue) kept in the swapped face (true) or swapped too
+    (false); the server's `SWAPCAST_MOUTH_MASK` is the default. All are applied, or none (409)."""
 
     model_config = ConfigDict(extra="forbid")
 
     on_face_lost: FaceLostPolicy | None = None
     occlusion: StrictBool | None = None  # JSON true/false only
+    mouth_mask: StrictBool | None = None
 
 
 def add_routes(kind: OutputKind) -> None:
@@ -61,15 +65,14 @@ def add_routes(kind: OutputKind) -> None:
         output_id: OutputId, options: LiveOptions, principal: User, access: AccessDep, state: StateDep
     ) -> dict[str, Any]:
         """Change the output's live options (its owner or admin), from the next frame on; 409 (and nothing
-        changed) for occlusion where the server runs without the stage."""
+        changed) for occlusion or the mouth mask where the server cannot have it."""
         output = kind.owned(state, output_id, principal, access)
-        if options.occlusion is not None:
-            try:
-                output.core.set_occlusion(options.occlusion)
-            except UserError as exc:
-                raise HTTPException(409, str(exc)) from None
-        if options.on_face_lost is not None:
-            output.core.set_face_lost(options.on_face_lost)
+        try:
+            output.core.set_options(
+                on_face_lost=options.on_face_lost, occlusion=options.occlusion, mouth_mask=options.mouth_mask
+            )
+        except UserError as exc:
+            raise HTTPException(409, str(exc)) from None
         return output.stats()
 
 

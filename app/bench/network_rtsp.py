@@ -1,13 +1,13 @@
 """The RTSP-ingest paths of `swapcast bench-network`: `rtsp-udp` and `rtsp-tcp`.
 
-Per profile, a fresh stream (`POST /v1/streams`, `source_transport` udp or tcp) pulls the benchmark's stamped
-RTSP source (`app.bench.rtsp_ingest_cell.StampedSource`) through `app.bench.rtsp_impair.RtspImpairProxy`, which
-applies the profile to the source's link; the stream's RTSP output is read over a clear loopback connection.
-Frames are timed from their push into the source to their decoded arrival at the output's reader, and reported
-as a session's are (`app.bench.network_bench.summarize`) against the path's clean run. Where a session reports
-RTCP feedback, a stream reports none (FFmpeg's RTSP client sends no NACK or PLI); its `server_recovery` is the
-stream's own report: state, reopens of the source, frames decoded and dropped. Over TCP, loss does not apply
-(see the proxy): a loss profile there is the clean link.
+Per profile, a fresh stream (`POST /v1/streams`, `source_transport` udp or tcp) pulls the benchmark's stamped RTSP
+source (`app.bench.rtsp_ingest_cell.StampedSource`) through `app.bench.rtsp_impair.RtspImpairProxy`, which applies
+the profile to the source's link; the stream's RTSP output is read over a clear loopback connection. Frames are
+timed from their push into the source to their decoded arrival at the output's reader, and reported as a session's
+are (`app.bench.network_bench.summarize`) against the path's clean run. Where a session reports RTCP feedback, a
+stream reports none (FFmpeg's RTSP client sends NACK and keyframe requests only to an RTP/AVPF source, which this
+one is not); its `server_recovery` is the stream's own report: state, reopens of the source, frames decoded and
+dropped. Over TCP, loss does not apply (see the proxy): a loss profile there is the clean link.
 """
 
 from __future__ import annotations

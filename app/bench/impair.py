@@ -72,7 +72,12 @@ class Impairment:
             raise ValueError("rate must be positive")
 
     def in_outage(self, elapsed_s: float) -> bool:
-        return any(start <= elapsed_s < start + duration for start, duration in self.outages)
+        return self.outage_end(elapsed_s) is not None
+
+    def outage_end(self, elapsed_s: float) -> float | None:
+        """When the outage under way at `elapsed_s` ends (same clock), or None outside outages."""
+        ends = [start + duration for start, duration in self.outages if start <= elapsed_s < start + duration]
+        return max(ends) if ends else None
 
 
 CLEAR = Impairment()
@@ -200,7 +205,7 @@ class UdpRelay:
     sends (it stands for the client). The peers' real addresses are set with `connect` (the client's may also
     be learnt from its first datagram); datagrams from anyone else are dropped as "stranger"."""
 
-    def __init__(self, seed: int = 0, host: str = "127.0.0.1") -> None:
+    def __init__(self, seed: int | str = 0, host: str = "127.0.0.1") -> None:
         self.host = host
         self.client: Address | None = None
         self.server: Address | None = None
@@ -209,10 +214,15 @@ class UdpRelay:
         self._client_side = _Endpoint(self._from_client)
         self._server_side = _Endpoint(self._from_server)
 
-    async def start(self) -> None:
+    async def start(self, client_port: int = 0, server_port: int = 0) -> None:
+        """Bind both sockets (on free ports unless given; OSError when a given one is taken)."""
         loop = asyncio.get_running_loop()
-        await loop.create_datagram_endpoint(lambda: self._client_side, local_addr=(self.host, 0))
-        await loop.create_datagram_endpoint(lambda: self._server_side, local_addr=(self.host, 0))
+        await loop.create_datagram_endpoint(lambda: self._client_side, local_addr=(self.host, client_port))
+        try:
+            await loop.create_datagram_endpoint(lambda: self._server_side, local_addr=(self.host, server_port))
+        except OSError:
+            self.close()
+            raise
 
     @property
     def client_facing(self) -> Address:

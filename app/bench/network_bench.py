@@ -25,14 +25,22 @@ from collections import Counter
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import httpx
 import numpy as np
 
 from app.bench.impair import CLEAR, GilbertElliott, Impairment, UdpRelay
-from app.bench.network_paths import RelayedClient, RelayedViewer, path_summary, viewer_stats, whep_profiles
-from app.bench.rtc_client import RtcClient
+from app.bench.network_paths import (
+    PATHS,
+    RTSP_PATHS,
+    RelayedClient,
+    RelayedViewer,
+    path_summary,
+    viewer_stats,
+    whep_profiles,
+)
+from app.bench.rtc_client import RoundTrip
 from app.bench.rtsp_ingest_cell import latency_summary
 from app.bench.server_bench import (
     RESOLUTIONS,
@@ -110,7 +118,16 @@ class NetworkBenchConfig:
     # The client's receivers give up holes and limit keyframe requests as the server's do (app.media.recovery),
     # standing for a browser, which asks for a keyframe soon after loss it cannot repair; aiortc's own otherwise.
     client_recovery: bool = False
-    paths: tuple[str, ...] = ("session",)  # also "whep": a viewer of a session's output (app.bench.network_paths)
+    # Also "whep", a viewer of a session's output (app.bench.network_paths), and "rtsp-udp" and "rtsp-tcp", an
+    # RTSP-ingest stream whose source's link is impaired (app.bench.network_rtsp).
+    paths: tuple[str, ...] = ("session",)
+
+
+class Measured(Protocol):
+    """What the summary reads of a client: the frames it sent (or its source pushed) and got back."""
+
+    @property
+    def result(self) -> RoundTrip: ...
 
 
 @dataclass
@@ -286,7 +303,7 @@ def settled_after(series: Sequence[dict[str, float]], key: str, limit_kbps: floa
     return None
 
 
-def _per_second(client: RtcClient, start: float, seconds: int) -> list[tuple[int, list[float]]]:
+def _per_second(client: Measured, start: float, seconds: int) -> list[tuple[int, list[float]]]:
     """(frames returned, their latencies in ms) in each second from `start`."""
     bins: list[tuple[int, list[float]]] = []
     received = client.result.received
@@ -298,7 +315,7 @@ def _per_second(client: RtcClient, start: float, seconds: int) -> list[tuple[int
     return bins
 
 
-def recovered_after(client: RtcClient, lifted_at: float, clean: dict[str, Any] | None, fps: int) -> float | None:
+def recovered_after(client: Measured, lifted_at: float, clean: dict[str, Any] | None, fps: int) -> float | None:
     """Seconds after the cap lifted until a second returned `RECOVERED_FPS` of the clean fps with its median
     latency under 1.5x the clean p95 (the configured fps and 400 ms without a clean run)."""
     target_fps = RECOVERED_FPS * (clean["fps"] if clean else fps)
@@ -311,7 +328,7 @@ def recovered_after(client: RtcClient, lifted_at: float, clean: dict[str, Any] |
 
 
 def summarize(
-    profile: Profile, client: RelayedClient, run: Run, config: NetworkBenchConfig, clean: dict[str, Any] | None
+    profile: Profile, client: Measured, run: Run, config: NetworkBenchConfig, clean: dict[str, Any] | None
 ) -> dict[str, Any]:
     result = client.result
     window = run.end - run.start
@@ -416,6 +433,10 @@ async def _run_all(
         await asyncio.sleep(0.5)
     if "whep" in config.paths:
         rows.extend(await _run_whep(server, frames, config, progress))
+    if set(config.paths) & set(RTSP_PATHS):
+        from app.bench.network_rtsp import run_rtsp_paths  # it builds on this module
+
+        rows.extend(await run_rtsp_paths(server, frames, config, progress))
     return rows
 
 
@@ -475,12 +496,18 @@ def run_network_bench(config: NetworkBenchConfig, progress: bool = True) -> dict
     unknown = [p for p in config.profiles if p not in PROFILES]
     if unknown:
         raise ValueError(f"unknown profile {unknown[0]!r}")
-    if not set(config.paths) <= {"session", "whep"}:
-        raise ValueError(f"unknown path in {config.paths!r}: session or whep")
+    if not set(config.paths) <= set(PATHS):
+        raise ValueError(f"unknown path in {config.paths!r}: {', '.join(PATHS)}")
     if config.profiles[:1] != ("clean",):
         # Every profile is compared with the clean run: it comes first.
         config = replace(config, profiles=("clean", *(p for p in config.profiles if p != "clean")))
     reason = engine_unavailable(config.engine)
+    rtsp = bool(set(config.paths) & set(RTSP_PATHS))
+    if reason is None and rtsp:
+        from app.media.rtsp_out import rtsp_unavailable_reason
+
+        unavailable = rtsp_unavailable_reason()
+        reason = f"the RTSP paths need GStreamer's RTSP server: {unavailable}" if unavailable else None
     if reason is not None:
         raise RuntimeError(reason)
     from app.media.encoder import install_timed_encoders
@@ -492,7 +519,9 @@ def run_network_bench(config: NetworkBenchConfig, progress: bool = True) -> dict
     started = time.perf_counter()
     load_before = os.getloadavg()
     with tempfile.TemporaryDirectory(prefix="swapcast-bench-network-") as tmp:
-        server: BenchServer = (ThreadServer if config.in_process else ServerProcess)(config.engine, Path(tmp) / "id")
+        server: BenchServer = (ThreadServer if config.in_process else ServerProcess)(
+            config.engine, Path(tmp) / "id", rtsp=rtsp
+        )
         try:
             upload_identity(server)
             rows = asyncio.run(_run_all(server, frames, config, progress))

@@ -1,5 +1,6 @@
 """The connections `swapcast bench-network` runs through its impairing relay: a session's own client
-(`RelayedClient`) and, with `--paths whep`, a WHEP viewer of a session's output (`RelayedViewer`).
+(`RelayedClient`) and, with `--paths whep`, a WHEP viewer of a session's output (`RelayedViewer`). The
+RTSP-ingest paths (`--paths rtsp-udp,rtsp-tcp`) are in `app.bench.network_rtsp`.
 
 For a viewer, the session's own client streams through a clear relay; the receive-only viewer pulls the
 session's output over WHEP through a second relay, which applies the profile. The viewer reads the frame ids
@@ -21,7 +22,8 @@ from app.bench.sdp_route import route_candidates
 from app.media.recovery import guard_receiver
 from app.pipeline.types import Image
 
-PATHS = ("session", "whep")
+PATHS = ("session", "whep", "rtsp-udp", "rtsp-tcp")
+RTSP_PATHS = ("rtsp-udp", "rtsp-tcp")  # app.bench.network_rtsp
 WHEP_PROFILES = ("clean", "loss5", "outage3")  # the profiles a viewer runs (where asked for)
 
 

@@ -25,6 +25,7 @@ import httpx
 import numpy as np
 
 from app.bench.rtc_client import ID_MODULO, luma, read_stamp, stamp
+from app.media.rtsp_in import RtspTransport, live_options
 from app.pipeline.types import Image
 
 SOURCE_PATH = "/bench-source"
@@ -133,8 +134,9 @@ class StampedSource:
 class OutputReader:
     """Plays `url` with PyAV in a thread; for each decoded frame, when it came and when its stamp was pushed."""
 
-    def __init__(self, url: str, sent_at: dict[int, float]) -> None:
+    def __init__(self, url: str, sent_at: dict[int, float], transport: RtspTransport = "tcp") -> None:
         self._url = url
+        self._transport: RtspTransport = transport
         self._sent_at = sent_at
         self.received: list[tuple[int, float, float]] = []  # stamp, pushed at, decoded at
         self.unreadable = 0
@@ -145,10 +147,9 @@ class OutputReader:
         self._thread.start()
 
     def _read(self) -> None:
-        from app.media.rtsp_in import LIVE_OPTIONS
-
         try:
-            with av.open(self._url, options=LIVE_OPTIONS, timeout=(FIRST_FRAME_S, 5.0)) as container:
+            options = live_options(self._transport)
+            with av.open(self._url, options=options, timeout=(FIRST_FRAME_S, 5.0)) as container:
                 for frame in container.decode(video=0):
                     at = time.monotonic()
                     if self._stop.is_set():

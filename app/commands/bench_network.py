@@ -11,7 +11,7 @@ from app.commands.bench_args import check_bench_args, print_report, text_table
 from app.errors import UserError
 from app.names import SWAP_ENGINES
 
-PATHS = ("session", "whep")
+PATHS = ("session", "whep", "rtsp-udp", "rtsp-tcp")
 PROFILES = ("clean", "loss1", "loss5", "burst2", "jitter40", "cap1.5", "outage3", "outage40")
 
 
@@ -44,8 +44,10 @@ def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None
         "--paths",
         type=names_from(PATHS, "path"),
         default=("session",),
-        help="comma list of session (the client's own session) and whep (a WHEP viewer of a session's output, "
-        "through the relay: clean, loss5 and outage3 where asked for); default session",
+        help="comma list of session (the client's own session), whep (a WHEP viewer of a session's output, "
+        "through the relay: clean, loss5 and outage3 where asked for), rtsp-udp and rtsp-tcp (an RTSP-ingest "
+        "stream whose source comes through an impairing RTSP proxy, its media over UDP or interleaved on TCP, "
+        "where loss does not apply); default session",
     )
     p.add_argument(
         "--client-recovery",
@@ -86,6 +88,7 @@ def format_table(result: dict[str, Any]) -> str:
     rows = []
     for row in result["profiles"]:
         ratio = row.get("vs_clean") or {}
+        feedback = row["feedback"] or {}  # none for an RTSP-ingest stream
         rows.append(
             (
                 row["profile"],
@@ -96,8 +99,8 @@ def format_table(result: dict[str, Any]) -> str:
                 ratio.get("latency_p50_ratio"),
                 row["freezes"]["count"],
                 row["freezes"]["longest_ms"],
-                row["feedback"]["pli_sent"],
-                row["feedback"]["nack_sent"],
+                feedback.get("pli_sent"),
+                feedback.get("nack_sent"),
                 f"{row['mean_client_kbps']}/{row['mean_server_kbps']}",
             )
         )

@@ -37,8 +37,17 @@ from app.pipeline.types import Image
 log = logging.getLogger(__name__)
 
 IngestState = Literal["connecting", "running", "reconnecting", "stopped", "failed"]
+# How an RTSP source's media comes: interleaved on its control connection (TCP, the default: it passes NATs and
+# firewalls and loses nothing) or as RTP/RTCP datagrams to ports the client names in its SETUP (UDP).
+RtspTransport = Literal["udp", "tcp"]
+RTSP_TRANSPORTS: tuple[RtspTransport, ...] = ("udp", "tcp")
 
 LIVE_OPTIONS = {"rtsp_transport": "tcp", "fflags": "nobuffer", "flags": "low_delay"}
+
+
+def live_options(transport: RtspTransport = "tcp") -> dict[str, str]:
+    """FFmpeg's options for a live source whose RTSP media comes over `transport` (no fallback to the other)."""
+    return LIVE_OPTIONS | {"rtsp_transport": transport}
 
 
 class FrameSink(Protocol):
@@ -110,6 +119,7 @@ class IngestWorker:
         give_up_s: float | None = None,
         before_open: Callable[[], str] | None = None,
         on_open: Callable[[int, int], None] | None = None,
+        transport: RtspTransport = "tcp",
     ) -> None:
         if reconnect_initial_s <= 0 or reconnect_max_s < reconnect_initial_s:
             raise ValueError("need 0 < reconnect_initial_s <= reconnect_max_s")
@@ -132,6 +142,7 @@ class IngestWorker:
         self._before_open = before_open
         # Called on the reader thread with the video's size each time the source opens with a video stream.
         self._on_open = on_open
+        self._options = live_options(transport)
 
         self._log_name = redact_url(source_url)
         self._cond = threading.Condition()
@@ -281,7 +292,7 @@ class IngestWorker:
             raise _SourceFailed(f"no such file: {self._open_target}")
         if self.live:
             target = self._before_open() if self._before_open is not None else self._open_target
-            container = av.open(target, options=LIVE_OPTIONS, timeout=self._timeout)
+            container = av.open(target, options=self._options, timeout=self._timeout)
         else:
             container = av.open(self._open_target)
         try:

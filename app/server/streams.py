@@ -20,7 +20,7 @@ from typing import Any
 from app.live.adapter import LiveOutput, LiveRequest
 from app.live.core import LiveCore
 from app.live.frame import OutputFrame
-from app.media.rtsp_in import IngestWorker, SourceForbidden, is_live_source
+from app.media.rtsp_in import IngestWorker, RtspTransport, SourceForbidden, is_live_source
 from app.observability import Metrics
 from app.pipeline.identity_map import FaceSources
 from app.pipeline.pipeline import FramePipeline
@@ -103,13 +103,16 @@ class StreamOrigin:
     requested_url: str  # as the client sent it: checked again on every restart
     connect_url: str  # what ingest opens (credentials and the checked address included); renewed by each check
     display_url: str  # without credentials: what responses and logs show
+    transport: RtspTransport = "tcp"  # how an RTSP source's media comes (interleaved on TCP, or RTP over UDP)
 
     @classmethod
-    def of(cls, requested_url: str, checked: CheckedSource | None = None) -> "StreamOrigin":
+    def of(
+        cls, requested_url: str, checked: CheckedSource | None = None, transport: RtspTransport = "tcp"
+    ) -> "StreamOrigin":
         """From the client's URL and the policy's check of it (none for a local file, opened as given)."""
         if checked is None:
-            return cls(requested_url, requested_url, redact_credentials(requested_url))
-        return cls(requested_url, checked.connect_url, checked.display_url)
+            return cls(requested_url, requested_url, redact_credentials(requested_url), transport)
+        return cls(requested_url, checked.connect_url, checked.display_url, transport)
 
 
 class Stream(LiveOutput):
@@ -200,6 +203,7 @@ class Stream(LiveOutput):
         return {
             "id": self.id,
             "source_url": self.origin.display_url,
+            "source_transport": self.origin.transport,
             "state": str(state),
             "reason": error if state == "failed" else self._content_stop(),
             "created": self.created,
@@ -331,6 +335,7 @@ class StreamManager:
                 give_up_s=self._give_up.seconds,
                 before_open=self._checks_after_the_first(stream, checked_now) if checked else None,
                 on_open=opened,
+                transport=stream.origin.transport,
             )
             stream.worker = worker
             await loop.run_in_executor(None, worker.start)

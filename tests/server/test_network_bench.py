@@ -102,3 +102,33 @@ def test_the_command_knows_the_benchmarks_profiles_and_refuses_others(capsys: py
     assert refused.value.code == 2 and "unknown path 'rtsp'" in capsys.readouterr().err
     assert main(["bench-network", "--resolution", "1440p"]) == 2
     assert "unknown resolution" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_an_rtsp_ingest_stream_is_measured_through_the_rtsp_proxy_over_udp_and_tcp(model_root: Path) -> None:
+    """Its source pulled over UDP (RTP through the proxy's relays) and over TCP (interleaved on the proxied
+    connection), clean and through a 3 s outage; loose bounds for a loaded 2-core machine."""
+    config = NetworkBenchConfig(
+        profiles=("outage3",), seconds=6.0, warmup=1.0, engine="passthrough", paths=("rtsp-udp", "rtsp-tcp")
+    )
+    result = run_network_bench(config, progress=False)
+    json.dumps(result)
+    assert bench_network.format_table(result).startswith("PROFILE")
+    rows = {row["profile"]: row for row in result["profiles"]}
+    assert list(rows) == ["rtsp-udp/clean", "rtsp-udp/outage3", "rtsp-tcp/clean", "rtsp-tcp/outage3"]
+    for name, row in rows.items():
+        assert row["failed"] is None, row
+        assert row["fps"] > 0 and row["latency_ms"]["p50"] > 0 and row["feedback"] is None, row
+        assert row["server_recovery"]["state"] == "running", row["server_recovery"]
+        proxy = row["relay"]
+        if row["transport"] == "udp":  # the server's ingest asked for UDP, and the source agreed
+            assert proxy["setups"] == {"udp": 1} and proxy["udp"]["rtp"][DOWNSTREAM]["delivered"] > 100, proxy
+        else:
+            assert proxy["setups"] == {"tcp": 1} and proxy["interleaved_frames"][DOWNSTREAM] > 100, proxy
+        if name.endswith("outage3"):
+            assert row["outage"]["fresh_frame_after_s"] is not None, row["outage"]
+            assert row["outage"]["fresh_frame_after_s"] <= 8.0, row["outage"]  # measured 0.1-0.6 s
+            assert row["freezes"]["longest_ms"] >= 2000, "the outage shows as a freeze"
+            assert "vs_clean" in row
+    assert rows["rtsp-udp/outage3"]["relay"]["udp"]["rtp"][DOWNSTREAM]["dropped"]["outage"] > 0
+    assert rows["rtsp-tcp/outage3"]["relay"]["tcp"][DOWNSTREAM]["held"]["outage"] > 0

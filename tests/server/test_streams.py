@@ -3,6 +3,7 @@
 from collections.abc import Callable
 
 import cv2
+import httpx
 import numpy as np
 import pytest
 
@@ -15,6 +16,7 @@ from app.runtime.batcher import BatcherError
 from app.server.streams import Stream, StreamOrigin
 from app.settings import PipelineSettings
 from engines.store import ModelStore
+from tests.server.harness import RunningServer
 
 
 def dropped(metrics: Metrics, reason: str) -> float:
@@ -54,3 +56,27 @@ def test_a_frame_the_batcher_refuses_is_counted_as_stale(
         stream.process([astronaut, astronaut])
     assert dropped(metrics, "stale") == 2
     assert dropped(metrics, "error") == 0
+
+
+def test_a_stream_refuses_an_unknown_source_transport_and_reports_the_one_it_uses(
+    server: RunningServer, store: ModelStore
+) -> None:
+    refused = httpx.post(
+        f"{server.base_url}/v1/streams",
+        json={"source_url": "rtsp://127.0.0.1:9/x", "identity": "x", "source_transport": "quic"},
+    )
+    assert refused.status_code == 422 and "source_transport" in refused.text, refused.text
+    pipeline = build_pipeline(PipelineSettings(engine="classic", threads=1), store)
+    try:
+        source = pipeline.prepare_source(load_sample("tom_hanks"))
+        origin = StreamOrigin.of("rtsp://camera/x", transport="udp")
+        stream = Stream(origin, "tom", source, pipeline=pipeline, metrics=Metrics())
+        assert stream.stats()["source_transport"] == "udp"
+        assert (
+            Stream(StreamOrigin.of("rtsp://camera/x"), "tom", source, pipeline=pipeline, metrics=Metrics()).stats()[
+                "source_transport"
+            ]
+            == "tcp"
+        ), "TCP unless asked: as before"
+    finally:
+        pipeline.close()

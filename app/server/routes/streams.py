@@ -11,6 +11,7 @@ from pydantic import Field
 
 from app.auth.guard import AccessDep, StreamsUser, client_address
 from app.live.adapter import LiveRequest
+from app.media.rtsp_in import RtspTransport
 from app.server.channels import CHANNEL_NAME_MAX
 from app.server.deps import RevocationDep, StateDep, StreamsDep
 from app.server.identity_maps import SourceChoice, sources_for
@@ -29,6 +30,10 @@ class StreamRequest(SourceChoice):
     """`source_url`, and `identity` for every face or `map` (`[{"person": ID, "identity": ID}]`) by person."""
 
     source_url: str = Field(min_length=1, max_length=2048)
+    # How an rtsp:// source's media comes: interleaved on the RTSP connection (tcp, the default) or as RTP over
+    # UDP to ports this server names (udp: less delay after a loss, but lost packets stay lost and NATs and
+    # firewalls must let the datagrams in). Ignored for files.
+    source_transport: RtspTransport = "tcp"
     label: bool | None = None  # the visible "AI-generated" label; the settings' default when not given
     # A channel of the caller's to publish into (taking over from its publisher), instead of a path of its own.
     channel: str | None = Field(None, min_length=1, max_length=CHANNEL_NAME_MAX)
@@ -80,7 +85,7 @@ async def create_stream(
         state, principal, None, request.identity, request.map, request.match_threshold
     )
     target = owned_channel(state, request.channel, principal, access) if request.channel is not None else None
-    origin = StreamOrigin.of(source_url, await _checked(state, source_url))
+    origin = StreamOrigin.of(source_url, await _checked(state, source_url), request.source_transport)
     stream = await streams.open(
         origin, LiveRequest(chosen, source, owner=principal.id, label=request.label, own_rtsp=target is None)
     )

@@ -6,6 +6,8 @@ channel's old passphrase are refused, and each refusal is audited without the pa
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import threading
 import urllib.parse
@@ -81,7 +83,8 @@ def server(
 
 def read(url: str, out: Path, seconds: float = READ_S) -> subprocess.Popen[str]:
     """FFmpeg as the SRT caller, copying what it receives into an MPEG-TS file for `seconds`."""
-    command = ["ffmpeg", "-v", "error", "-y", "-i", url, "-t", str(seconds), "-c", "copy", "-f", "mpegts", str(out)]
+    command = ["ffmpeg", "-v", "error", "-y", "-i", url, "-t", str(seconds), "-c", "copy", "-flush_packets", "1"]
+    command += ["-f", "mpegts", str(out)]
     return subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
 
 
@@ -191,9 +194,11 @@ def test_rotating_a_channel_disconnects_its_callers_and_refuses_the_old_passphra
 ) -> None:
     assert server.call("POST", "/v1/channels", json={"name": "rotating", **SIZE}).status_code == 201
     old = server.channel("rotating")["srt_url"]
-    long_read = read(old, tmp_path / "before.ts", 120)
+    before = tmp_path / "before.ts"
+    long_read = read(old, before, 120)
     try:
         assert wait_for(lambda: server.channel("rotating")["consumers"].get("srt") == 1, 30)
+        assert wait_for(lambda: before.exists() and before.stat().st_size > 0, 30)  # FFmpeg is past probing
         rotated = server.call("POST", "/v1/channels/rotating/rotate")
         assert rotated.status_code == 200, rotated.text
         new = rotated.json()["srt_url"]
@@ -202,7 +207,7 @@ def test_rotating_a_channel_disconnects_its_callers_and_refuses_the_old_passphra
     finally:
         if long_read.poll() is None:
             long_read.kill()
-    assert decoded(tmp_path / "before.ts")[0] > 0
+    assert decoded(before)[0] > 0
 
     code, _ = finished(read(old, tmp_path / "old.ts"))
     assert code != 0
@@ -210,3 +215,27 @@ def test_rotating_a_channel_disconnects_its_callers_and_refuses_the_old_passphra
     code, err = finished(read(new, tmp_path / "new.ts"))
     assert code == 0, err
     assert decoded(tmp_path / "new.ts")[0] >= 10
+
+
+@needs_srt
+@pytest.mark.slow
+def test_a_caller_that_stops_reading_neither_stalls_the_others_nor_stays(server: Server, tmp_path: Path) -> None:
+    assert server.call("POST", "/v1/channels", json={"name": "shared", **SIZE}).status_code == 201
+    url = server.channel("shared")["srt_url"]
+    moving, stuck = tmp_path / "moving.ts", tmp_path / "stuck.ts"
+    readers = [read(url, moving, 120), read(url, stuck, 120)]
+    try:
+        assert wait_for(lambda: server.channel("shared")["consumers"].get("srt") == 2, 30)
+        os.kill(readers[1].pid, signal.SIGSTOP)  # takes nothing more, answers nothing
+        assert wait_for(lambda: moving.exists() and moving.stat().st_size > 0, 30)
+        size = moving.stat().st_size
+        # The other caller keeps receiving, through the stopped one's last seconds and after it is dropped.
+        assert wait_for(lambda: moving.stat().st_size > size, 20)
+        assert wait_for(lambda: server.channel("shared")["consumers"]["srt"] == 1, 40)
+        size = moving.stat().st_size
+        assert wait_for(lambda: moving.stat().st_size > size, 20)
+    finally:
+        for reader in readers:
+            os.kill(reader.pid, signal.SIGCONT)
+            reader.kill()
+            reader.wait(10)

@@ -45,6 +45,15 @@ def check_rtsp(settings: ServerSettings, unavailable_reason: Callable[[], str | 
     return Check("RTSP output", "missing", reason, f"{SERVING_SETUP} (Debian's GStreamer and the rtsp extra)")
 
 
+def check_srt(settings: ServerSettings, unavailable_reason: Callable[[], str | None]) -> Check:
+    if settings.srt_port is None:
+        return Check("SRT output", "ok", "off (SWAPCAST_SRT_PORT is not set)")
+    reason = unavailable_reason()
+    if reason is None:
+        return Check("SRT output", "ok", f"libsrt, channels on UDP port {settings.srt_port}")
+    return Check("SRT output", "missing", reason, f"{SERVING_SETUP} (libsrt)")
+
+
 def check_tools() -> list[Check]:
     checks = []
     for tool, use in (("ffmpeg", "media checks and demos"), ("ffprobe", "checks of produced media")):
@@ -243,9 +252,11 @@ def check_access(settings: ServerSettings) -> Check:
 
 def run_checks(settings: ServerSettings, store: ModelStore) -> list[Check]:
     from app.media.rtsp_out.bindings import rtsp_unavailable_reason
+    from app.media.srt_out import unavailable_reason as srt_unavailable_reason
 
     return [
         check_rtsp(settings, rtsp_unavailable_reason),
+        check_srt(settings, srt_unavailable_reason),
         *check_tools(),
         *check_models(settings, store),
         check_maps(),

@@ -13,6 +13,7 @@ SERVING_APT=(
     gstreamer1.0-tools gstreamer1.0-plugins-base gstreamer1.0-plugins-good gstreamer1.0-plugins-bad
     gstreamer1.0-plugins-ugly gstreamer1.0-libav gstreamer1.0-rtsp
     gir1.2-gst-rtsp-server-1.0 gir1.2-gst-plugins-base-1.0
+    libsrt1.5-openssl  # the channels' SRT output (SWAPCAST_SRT_PORT), through ctypes
     libgirepository1.0-dev libcairo2-dev pkg-config gcc python3-dev
     python3-venv  # the small environment uv itself is installed into
 )

@@ -34,6 +34,7 @@ def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None
     p.add_argument("--port", type=port, default=None, help="HTTP port (default 8000; 0 picks a free one)")
     p.add_argument("--rtsp-port", type=port, default=None, help="RTSP port (default 8554)")
     p.add_argument("--no-rtsp", action="store_true", help="do not start the RTSP output")
+    p.add_argument("--srt-port", type=port, default=None, help="UDP port of the channels' SRT output (default off)")
     p.add_argument("--public-host", default=None, help="host name to put in printed and returned URLs")
     add_engine_argument(p)
     p.add_argument("--identity-dir", type=Path, default=None, help="where identities are stored")
@@ -52,6 +53,7 @@ def build_settings(args: argparse.Namespace) -> "ServerSettings":
         "host": args.host,
         "port": args.port,
         "rtsp_port": args.rtsp_port,
+        "srt_port": args.srt_port,
         "public_host": args.public_host,
         "identity_dir": args.identity_dir,
         "max_sessions": args.max_sessions,
@@ -125,6 +127,9 @@ def run(args: argparse.Namespace) -> int:
             print(f"  page        {base}/", flush=True)
             print(f"  API docs    {base}/docs", flush=True)
             print(f"  RTSP        {rtsp}", flush=True)
+            if state.srt.available:
+                srt = f"{state.srt.base_url()}?streamid=<channel>&passphrase=<its RTSP password>"
+                print(f"  SRT         {srt}", flush=True)
             print(f"  engine      {swap_engine}{engine_note}", flush=True)
             print(f"  identities  {settings.identity_dir}", flush=True)
             print(f"  access      {access.describe()}", flush=True)

@@ -78,6 +78,7 @@ def create_app(
                 settings.push_retry_max_s,
             ),
         ),
+        srt=state.srt,
     )
     state.metrics.channels.figures = lambda: state.channels.figures() if state.channels is not None else []
     drain = Drain(settings.drain_timeout_s, lambda: len(state.sessions or ()) + len(state.streams or ()))

@@ -1,7 +1,7 @@
 """The server's channels: each stored channel (`app.channels.store`) live as a `Channel` while the server runs,
-with its feed (`app.live.channel_feed`), its RTSP path `/live/NAME` under its own login, and WHEP viewers
-through the routes every output kind shares. Sessions and streams publish into a channel; the newest takes
-over and the older one is ended."""
+with its feed (`app.live.channel_feed`), its RTSP path `/live/NAME` under its own login, its SRT stream id (its
+name, with that login's password as passphrase) and WHEP viewers through the routes every output kind shares.
+Sessions and streams publish into a channel; the newest takes over and the older one is ended."""
 
 from __future__ import annotations
 
@@ -28,6 +28,7 @@ from app.pipeline.types import Image
 from app.server.not_found import NotFound
 from app.server.pushes import PushManager
 from app.server.rtsp import FramePublisher, RtspOutput
+from app.server.srt import SrtOutput
 
 log = logging.getLogger(__name__)
 
@@ -81,6 +82,8 @@ class Channel:
         self.ended = asyncio.Event()  # set when the channel is deleted or the server stops
         self.rtsp: FramePublisher | None = None
         self.rtsp_url: str | None = None
+        self.srt: SrtOutput | None = None  # set while the SRT output serves the channel
+        self.srt_url: str | None = None
         self.publisher: _Publisher | None = None
         self.pushes: dict[str, Push] = {}  # running in this process, by id
         # The feed's own lists: what WHEP viewers and the RTSP path register with.
@@ -118,11 +121,13 @@ class ChannelManager:
         options: ChannelOptions,
         whep_viewers: Callable[[str], int] = lambda key: 0,
         pushes: PushManager | None = None,
+        srt: SrtOutput | None = None,
     ) -> None:
         """`whep_viewers(key)`: how many WHEP viewers the output `key` has now. `pushes`: the channels' pushes
-        (none without)."""
+        (none without). `srt`: the SRT output the channels are read on (none without)."""
         self.store = store
         self.pushes = pushes
+        self._srt = srt
         self._whep_viewers = whep_viewers
         self._rtsp = rtsp
         self._access = access
@@ -184,6 +189,9 @@ class ChannelManager:
                 feed.output_listeners.append(publisher.push)
                 feed.audio_listeners.append(publisher.push_audio)
                 feed.keyframe_listeners.append(publisher.request_keyframe)
+        if self._srt is not None and self._srt.available:
+            channel.srt_url = self._srt.publish(record.name, self._passphrase(record), feed)
+            channel.srt = self._srt
         if self.pushes is not None:
             try:
                 self.pushes.start_channel(channel)
@@ -202,6 +210,12 @@ class ChannelManager:
             login = self.store.rtsp_login(record)
             self._rtsp.change_login(path, login)
             channel.rtsp_url = self._rtsp.url(path, login=login)
+        if channel.srt is not None:
+            channel.srt_url = channel.srt.change_passphrase(channel.id, self._passphrase(record))
+
+    def _passphrase(self, record: ChannelRecord) -> str:
+        """A channel's SRT passphrase is its RTSP password: one read credential, which rotation moves on."""
+        return self.store.rtsp_login(record)[1]
 
     def _end(self, channel: Channel, reason: str) -> None:
         """On the event loop: the channel's viewers and tokens end, and its publisher with `reason`."""
@@ -263,7 +277,10 @@ class ChannelManager:
     def consumers(self, channel: Channel) -> dict[str, int]:
         """Clients reading the channel now, by transport."""
         rtsp = self._rtsp.client_count([rtsp_path(channel.id)]) if channel.rtsp is not None else 0
-        return {"rtsp": rtsp, "whep": self._whep_viewers(channel.record.key)}
+        consumers = {"rtsp": rtsp, "whep": self._whep_viewers(channel.record.key)}
+        if channel.srt is not None:
+            consumers["srt"] = channel.srt.caller_count(channel.id)
+        return consumers
 
     def figures(self) -> list[ChannelFigures]:
         """What the metrics export of each channel."""
@@ -333,8 +350,8 @@ class ChannelManager:
 
 
 def _release(channel: Channel) -> None:
-    """Blocking: the channel's RTSP path goes (its clients disconnected), its pushes stop and its feed's thread
-    stops."""
+    """Blocking: the channel's RTSP path and SRT stream id go (their clients disconnected), its pushes stop and
+    its feed's thread stops."""
     pushes = list(channel.pushes.values())
     for push in pushes:
         push.stop()
@@ -344,6 +361,9 @@ def _release(channel: Channel) -> None:
     if channel.rtsp is not None:
         channel.rtsp.close()
         channel.rtsp = None
+    if channel.srt is not None:
+        channel.srt.unpublish(channel.id)
+        channel.srt = None
     channel.feed.close()
 
 

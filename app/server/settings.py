@@ -48,6 +48,15 @@ class ServerSettings(BaseSettings):
 
     rtsp_enabled: bool = Field(True, description="Start the embedded RTSP output (GStreamer's gst-rtsp-server).")
     rtsp_port: int = Field(8554, ge=0, le=65535, description="RTSP output port.")
+    srt_port: int | None = Field(
+        None,
+        ge=0,
+        le=65535,
+        description=(
+            "UDP port of the SRT output, where channels are read by stream id (the name) and passphrase (the "
+            "channel's RTSP password); 8890 is usual, 0 picks a free one. Unset: no SRT output."
+        ),
+    )
 
     max_sessions: int = Field(4, ge=1, description="Live WebRTC sessions at once; beyond it 503 with Retry-After.")
     max_streams: int = Field(4, ge=1, description="RTSP ingest streams at once; beyond it 503 with Retry-After.")

@@ -45,6 +45,7 @@ from app.server.ratelimit import RateLimiter, RateLimits
 from app.server.rtsp import RtspOutput
 from app.server.sessions import SessionManager
 from app.server.settings import ServerSettings
+from app.server.srt import SrtOutput
 from app.server.streams import GiveUp, StreamManager
 from app.server.viewers import Viewers
 from app.settings import BatchingSettings, PipelineSettings
@@ -172,6 +173,14 @@ class ServerState:
             ).record,
             encoder=self.encoder,
         )
+        # Channels read over SRT on one port (`SWAPCAST_SRT_PORT`); refusals go to the audit log.
+        self.srt = SrtOutput(
+            port=settings.srt_port,
+            host=settings.host,
+            public_host=settings.url_host(),
+            encoder=self.encoder,
+            on_refused=self._srt_refused,
+        )
         self.cache: IdentityCache[PreparedSource] = IdentityCache(
             self._load_identity, max_items=settings.identity_cache_items, registry=self.metrics.registry
         )
@@ -218,6 +227,7 @@ class ServerState:
         await self._audit_store()
         await loop.run_in_executor(self.control_executor, self.rtsp.start)
         self.metrics.rtsp_available.set(1 if self.rtsp.available else 0)
+        await loop.run_in_executor(self.control_executor, self.srt.start)
         self.metrics.count_rtsp_clients_with(self._rtsp_clients)
         self.metrics.count_loop_tasks_with(lambda: len(asyncio.all_tasks(loop)))
         self.metrics.count_whep_viewers_with(lambda: len(self.viewers.all()))
@@ -396,6 +406,7 @@ class ServerState:
             log.warning("some sessions or streams did not close within %.1f s", grace)
         loop = asyncio.get_running_loop()
         await loop.run_in_executor(self.control_executor, self.rtsp.stop)
+        await loop.run_in_executor(self.control_executor, self.srt.stop)
         if self._embedder is not None:
             self._embedder.close()
         if self.eyes is not None:
@@ -490,6 +501,11 @@ class ServerState:
         loop = asyncio.get_running_loop()
         prepared = await loop.run_in_executor(self.control_executor, self.cache.get, identity_id, embedder.key)
         return prepared.data
+
+    def _srt_refused(self, address: str, stream_id: str, reason: str) -> None:
+        """An SRT caller refused (libsrt's thread): audited with the stream id asked for, never a passphrase."""
+        if self.audit is not None:
+            self.audit("srt_refused", client=address, stream_id=stream_id, reason=reason)
 
     def _rtsp_clients(self) -> int:
         paths: list[str] = []

@@ -91,13 +91,18 @@ function renderChannels() {
     const copy = channelButton("Copy RTSP URL", `copy the OBS RTSP URL of channel ${channel.name}`, () =>
       copyText(channel.rtsp_url || "", `RTSP URL of ${channel.name} copied`));
     copy.disabled = !channel.rtsp_url;
-    const rotate = channelButton("Rotate", `new RTSP password and Browser Source URL for ${channel.name}`, () =>
+    // The SRT URL (OBS Media Source, input format mpegts) where the server has an SRT port.
+    const copySrt = channelButton("Copy SRT URL", `copy the OBS SRT URL of channel ${channel.name}`, () =>
+      copyText(channel.srt_url || "", `SRT URL of ${channel.name} copied`));
+    copySrt.hidden = !channel.srt_url;
+    const rotate = channelButton("Rotate", `new RTSP/SRT password and Browser Source URL for ${channel.name}`, () =>
       rotateChannel(channel.name));
     const remove = channelButton("Delete", `delete channel ${channel.name}`, () => deleteChannel(channel.name));
-    for (const [button, action] of [[use, "use"], [copy, "copy"], [rotate, "rotate"], [remove, "delete"]]) {
+    const buttons = [[use, "use"], [copy, "copy"], [copySrt, "copy-srt"], [rotate, "rotate"], [remove, "delete"]];
+    for (const [button, action] of buttons) {
       button.dataset.action = action;
     }
-    actions.append(use, copy, rotate, remove);
+    actions.append(use, copy, copySrt, rotate, remove);
     item.append(title, state, url, actions);
     if (channelsPanel.pushes[channel.name]) item.append(pushesOf(channel.name, channelsPanel.pushes[channel.name]));
     list.append(item);
@@ -248,7 +253,7 @@ async function createChannel(event) {
 
 async function rotateChannel(name) {
   const sure = window.confirm(
-    `Rotate ${name}? Its RTSP URL and Browser Source URL change: OBS must be given the new ones.`);
+    `Rotate ${name}? Its RTSP URL, SRT URL and Browser Source URL change: OBS must be given the new ones.`);
   if (!sure) return;
   const response = await api(`/v1/channels/${encodeURIComponent(name)}/rotate`, { method: "POST" });
   if (!response.ok) {

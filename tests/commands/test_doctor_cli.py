@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from app.cli import main
-from app.doctor import check_gpu, check_maps, check_models, check_nvenc, check_rtsp
+from app.doctor import check_gpu, check_maps, check_models, check_nvenc, check_rtsp, check_srt
 from app.server.settings import ServerSettings
 from engines.store import ModelStore
 from engines.tensorrt.versions import installed_stack
@@ -93,6 +93,9 @@ def test_missing_pieces_name_their_fix(tmp_path: Path, monkeypatch: pytest.Monke
     rtsp = check_rtsp(settings, lambda: "PyGObject is not installed")
     assert (rtsp.state, rtsp.fix) == ("missing", "bash scripts/setup.sh (Debian's GStreamer and the rtsp extra)")
     assert check_rtsp(settings, lambda: None).state == "ok"
+    srt = check_srt(ServerSettings(srt_port=8890), lambda: "the SRT output needs libsrt")
+    assert (srt.state, srt.fix) == ("missing", "bash scripts/setup.sh (libsrt)")
+    assert check_srt(ServerSettings(), lambda: "never asked").detail == "off (SWAPCAST_SRT_PORT is not set)"
 
     monkeypatch.setattr("app.doctor.importlib.util.find_spec", lambda name: None)
     models = {c.name: c for c in check_models(settings, ModelStore(tmp_path / "empty"))}

@@ -37,6 +37,7 @@ def test_a_channel_is_made_once_and_seen_only_by_its_owner(keyed: Keyed) -> None
     assert channel["view_url"] == f"/view/channel/alice-live?token={channel['viewer_token']}"
     assert (channel["width"], channel["height"], channel["fps"]) == (1280, 720, 30)
     assert channel["rtsp_url"] is None  # this server has no RTSP output
+    assert channel["srt_url"] is None  # nor an SRT port
     assert channel["publisher"] is None and channel["showing"] == "slate"
 
     taken = keyed.call("POST", "/v1/channels", keyed.bob, json={"name": "alice-live"})

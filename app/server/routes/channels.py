@@ -1,7 +1,8 @@
 """Channels: named outputs whose addresses never change. The owner creates one once, puts its RTSP URL (or its
 viewer page) into OBS, and every session or stream that publishes into it (`channel=NAME`) shows there, with
 the last frame held and then a slate in between. The RTSP login and the viewer token are shown when the
-channel is created or rotated; the RTSP URL (derived, never stored) also on `GET`."""
+channel is created or rotated; the RTSP URL and the SRT URL (its passphrase is the RTSP password; both derived,
+never stored) also on `GET`."""
 
 from typing import Annotated, Any
 
@@ -33,7 +34,7 @@ class ChannelRequest(BaseModel):
 
 
 def describe(channels: ChannelManager, channel: Channel) -> dict[str, Any]:
-    return {**channel.stats(channels.consumers(channel)), "rtsp_url": channel.rtsp_url}
+    return {**channel.stats(channels.consumers(channel)), "rtsp_url": channel.rtsp_url, "srt_url": channel.srt_url}
 
 
 def with_token(channels: ChannelManager, channel: Channel, token: str) -> dict[str, Any]:

@@ -76,6 +76,7 @@ async def server_info(state: StateDep, principal: Authenticated) -> dict[str, An
             "reason": state.rtsp.reason,
             "base_url": state.rtsp.base_url() if state.rtsp.available else None,
         },
+        "srt": {"available": state.srt.available, "reason": state.srt.reason},
         "codecs": list(s.video_codecs),
         "limits": {
             "max_sessions": s.max_sessions,

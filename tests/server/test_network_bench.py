@@ -36,6 +36,10 @@ def test_sessions_through_an_impaired_relay_are_measured_against_the_clean_one(m
     assert lossy["relay"][UPSTREAM]["dropped"]["loss"] > 0 and lossy["relay"][DOWNSTREAM]["dropped"]["loss"] > 0
     assert lossy["vs_clean"]["fps_ratio"] >= 0.5, lossy
     assert lossy["feedback"]["nack_sent"] > 0, "the client's receiver asked for what was lost"
+    # The server's return rate, as its session reports it: loss control read the client's receiver reports.
+    rates = lossy["return_rate"]
+    assert rates and all(r["target_kbps"] > 0 for r in rates), rates
+    assert any(r["reason"] in ("increase", "hold", "decrease") for r in rates), rates
 
     outage = rows["outage3"]
     assert outage["relay"][UPSTREAM]["dropped"]["outage"] > 0

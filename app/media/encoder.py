@@ -18,6 +18,11 @@ down to `estimate_floor` of it: under a cap below the minimum, a stream held at 
 bottleneck's queue. Keyframes the receiver asks for leave at most once per `keyframe_min_interval_s` (a request
 within it is answered when it ends): each is a burst, and under a cap a burst that overflows the queue makes
 the receiver ask again.
+
+With `loss_control` on, from the client's first receiver report the rate is also the loss-based one
+(app.media.loss_control, fed by app.media.sender_feedback): never over the estimate, down on heavy loss, less
+what retransmissions send. A fall past 10% then reopens the codec (a rise, as before, past 25%): under a cap
+every second spent over it fills the bottleneck's queue.
 """
 
 from __future__ import annotations
@@ -181,7 +186,7 @@ class LiveH264Encoder(H264Encoder):
         self._last_forced: float | None = None  # when the last requested keyframe was encoded (monotonic)
         self._keyframe_owed = False
         self.keyframes_deferred = 0
-        # The loss-based rate (settings.loss_control), made when the band is known (the first frame's size).
+        # The loss-based rate (settings.loss_control), made by the first receiver report (`_loss_control`).
         self.loss_control: LossController | None = None
         self._loss_lock = threading.Lock()  # reports arrive on the event loop, frames encode in a thread
 
@@ -211,14 +216,16 @@ class LiveH264Encoder(H264Encoder):
 
     def report_loss(self, fraction_lost: float, now: float) -> None:
         """A receiver report's share lost (0-1): the loss-based rate's input (nothing with it off)."""
-        with self._loss_lock:
-            if self.loss_control is not None:
-                self.loss_control.on_report(fraction_lost, now)
+        control = self._loss_control()
+        if control is not None:
+            with self._loss_lock:
+                control.on_report(fraction_lost, now)
 
     def report_retransmitted(self, nbytes: int, now: float) -> None:
-        with self._loss_lock:
-            if self.loss_control is not None:
-                self.loss_control.on_retransmitted(nbytes, now)
+        control = self._loss_control()
+        if control is not None:
+            with self._loss_lock:
+                control.on_retransmitted(nbytes, now)
 
     def rate_stats(self) -> dict[str, Any]:
         """The return rate: the target and, with loss control, what it decided last and why."""
@@ -229,15 +236,17 @@ class LiveH264Encoder(H264Encoder):
                 stats |= {k: v for k, v in decided.items() if k != "target_bps"}
         return stats
 
-    def _start_loss_control(self, band: BitrateBand) -> None:
-        if not self.settings.loss_control or self.loss_control is not None:
-            return
-        floor = round(band.min_bps * self.settings.estimate_floor)
-        control = LossController(band.min_bps, floor, band.max_bps)
-        if self._requested is not None:
-            control.on_estimate(self._requested)
-        with self._loss_lock:
+    def _loss_control(self) -> LossController | None:
+        """The loss-based rate, started (from the current target) by the first report once the band is known:
+        a sender nobody reports on (the bench's client) follows the estimate alone, as with it off."""
+        if self.loss_control is None and self.settings.loss_control and self._band is not None:
+            band = self._band
+            floor = round(band.min_bps * self.settings.estimate_floor)
+            control = LossController(self.target_bitrate, floor, band.max_bps)
+            if self._requested is not None:
+                control.on_estimate(self._requested)
             self.loss_control = control
+        return self.loss_control
 
     def _reopen_due(self, frame: av.VideoFrame) -> bool:
         """A new size, or a target that rose past REOPEN_CHANGE of the codec's rate or fell past REOPEN_FALL
@@ -257,7 +266,6 @@ class LiveH264Encoder(H264Encoder):
             self.codec = None
         if self.codec is None:
             self._band = band = bitrate_band(frame.width, frame.height, self.settings)
-            self._start_loss_control(band)
             width, height, bitrate = frame.width, frame.height, self.target_bitrate
             self.codec = _open_best(
                 self.settings,

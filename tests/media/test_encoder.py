@@ -86,10 +86,8 @@ def test_keyframe_interval(clip: list[Image]) -> None:
 def test_bitrate_stays_in_the_resolutions_band(clip: list[Image]) -> None:
     """A receiver's estimate outside the band is clamped: 10 Mbit/s asked gives at most the 480p maximum,
     100 kbit/s asked gives the floor (half the minimum by default; the minimum itself with estimate_floor=1);
-    and what is sent follows. (The estimate alone: loss control raises the rate only on clean reports.)"""
-    settings = EncoderSettings(
-        backend="x264", x264_preset="ultrafast", bitrate_kbps={480: (1000, 2000)}, loss_control=False
-    )
+    and what is sent follows."""
+    settings = EncoderSettings(backend="x264", x264_preset="ultrafast", bitrate_kbps={480: (1000, 2000)})
     sent = {}
     for asked, floor, expected in (
         (10_000_000, 0.5, 2_000_000),
@@ -155,8 +153,7 @@ def test_bitrate_band_choice() -> None:
 
 
 def test_a_big_change_of_the_estimate_reopens_the_codec(clip: list[Image]) -> None:
-    # The estimate alone (with loss control the rate also waits for clean receiver reports to rise).
-    encoder = LiveH264Encoder(EncoderSettings(backend="x264", x264_preset="ultrafast", loss_control=False))
+    encoder = LiveH264Encoder(EncoderSettings(backend="x264", x264_preset="ultrafast"))
     encode(encoder, clip[:5])
     codec = encoder.codec
     encoder.target_bitrate = 850_000  # within 25% of 800 kbit/s: kept
@@ -172,9 +169,10 @@ def test_heavy_loss_in_the_receivers_reports_lowers_the_rate_at_once(clip: list[
     encoder = LiveH264Encoder(EncoderSettings(backend="x264", x264_preset="ultrafast"))
     encode(encoder, clip[:5])
     codec = encoder.codec
-    assert codec is not None and codec.bit_rate == 800_000 and encoder.loss_control is not None
-    encoder.target_bitrate = 2_500_000  # the estimate: a ceiling, not a jump, under loss control
+    assert codec is not None and codec.bit_rate == 800_000
+    assert encoder.loss_control is None, "no report yet: the estimate alone"
     encoder.report_loss(0.3, now=time.monotonic())
+    encoder.target_bitrate = 2_500_000  # the estimate is now a ceiling: the rate rises on clean reports only
     frames = encode(encoder, clip[5:7], 5)
     assert encoder.codec is not codec and encoder.codec is not None
     assert encoder.codec.bit_rate == 680_000, "a cut of 15% (half the 30% lost) reopens the codec"

@@ -506,7 +506,8 @@ AIORTC_LIMITS = (
     "receiver: PLI when the jitter buffer drops an incomplete frame or the decoder fails; never FIR",
     "sender: a new keyframe on PLI or FIR",
     "congestion feedback: REMB only (goog-remb, from abs-send-time); no transport-cc, no loss-based control: "
-    "a sender's rate follows the peer's REMB alone",
+    "a sender's rate follows the peer's REMB alone (the server's session sender adds loss-based control on the "
+    "client's receiver reports: SWAPCAST_ENCODER_LOSS_CONTROL)",
 )
 
 

@@ -232,6 +232,16 @@ class EncoderSettings(BaseSettings):
             "the minimum (1: never below it)."
         ),
     )
+    # GCC's loss-based part on the client's receiver reports (app.media.loss_control): without it a session's
+    # return follows the receiver's estimate alone, which overshot a 1.5 Mbit/s cap for 8 s at 720p.
+    loss_control: bool = Field(
+        True,
+        description=(
+            "Lower a session's return rate on heavy loss in the client's receiver reports and raise it while "
+            "little is lost, under the receiver's estimate; retransmissions count against it (false: the "
+            "estimate alone)."
+        ),
+    )
     keyframe_min_interval_s: float = Field(
         1.0,
         ge=0.0,

@@ -148,6 +148,7 @@ class Run:
     session_states: list[dict[str, Any]] = field(default_factory=list)
     session_gone_at: float | None = None
     recovery: dict[str, Any] | None = None  # the server's last report of its input's recovery
+    return_rates: list[tuple[float, dict[str, Any]]] = field(default_factory=list)  # (when, the session's)
     lifted_at: float | None = None
     relay: dict[str, dict[str, Any]] | None = None
     failed: str | None = None
@@ -171,6 +172,8 @@ async def _watch_session(http: httpx.AsyncClient, location: str, run: Run) -> No
             if response.status_code == 200:
                 body = response.json()
                 run.recovery = body.get("recovery")
+                if body.get("return_rate"):
+                    run.return_rates.append((time.monotonic(), body["return_rate"]))
                 state = {"state": body.get("state"), "close_reason": body.get("close_reason")}
                 if not run.session_states or {k: run.session_states[-1][k] for k in state} != state:
                     run.session_states.append(state | {"at": time.monotonic()})
@@ -303,6 +306,20 @@ def settled_after(series: Sequence[dict[str, float]], key: str, limit_kbps: floa
     return None
 
 
+def return_rate_series(samples: Sequence[tuple[float, dict[str, Any]]], start: float) -> list[dict[str, Any]]:
+    """What the server's return encoder aimed at (its session's `return_rate`), at each poll since `start`: the
+    target, and with loss control the reason and the last fraction lost."""
+    return [
+        {
+            "t": round(at - start, 1),
+            "target_kbps": round(rate["target_bps"] / 1000.0),
+            "reason": rate.get("reason"),
+            "fraction_lost": rate.get("fraction_lost"),
+        }
+        for at, rate in samples
+    ]
+
+
 def _per_second(client: Measured, start: float, seconds: int) -> list[tuple[int, list[float]]]:
     """(frames returned, their latencies in ms) in each second from `start`."""
     bins: list[tuple[int, list[float]]] = []
@@ -348,6 +365,7 @@ def summarize(
         "kbps": kbps_series(run.samples, run.start),
         "relay": run.relay,
         "server_recovery": run.recovery,
+        "return_rate": return_rate_series(run.return_rates, run.start),
         "failed": run.failed,
     }
     series = summary["kbps"]
@@ -488,7 +506,8 @@ AIORTC_LIMITS = (
     "receiver: PLI when the jitter buffer drops an incomplete frame or the decoder fails; never FIR",
     "sender: a new keyframe on PLI or FIR",
     "congestion feedback: REMB only (goog-remb, from abs-send-time); no transport-cc, no loss-based control: "
-    "a sender's rate follows the peer's REMB alone",
+    "a sender's rate follows the peer's REMB alone (the server's session sender adds loss-based control on the "
+    "client's receiver reports: SWAPCAST_ENCODER_LOSS_CONTROL)",
 )
 
 

@@ -121,9 +121,11 @@ def format_table(result: dict[str, Any]) -> str:
                 + (f"; a new session: {slot}" if slot is not None else "")
             )
         if "settled_after_s" in row:
+            targets = " ".join(f"{s['t']:g}:{s['target_kbps']}" for s in row.get("return_rate", [])[::2])
             notes.append(
                 f"{row['profile']}: under the cap from {row['settled_after_s']} s, p95 after 5 s "
                 f"{row['latency_after_5s_ms']['p95']} ms; recovered {row['recovered_after_lift_s']} s after the lift"
+                + (f"; server target kbps by second: {targets}" if targets else "")
             )
         if row["failed"]:
             notes.append(f"{row['profile']}: FAILED {row['failed']}")

@@ -18,6 +18,11 @@ down to `estimate_floor` of it: under a cap below the minimum, a stream held at 
 bottleneck's queue. Keyframes the receiver asks for leave at most once per `keyframe_min_interval_s` (a request
 within it is answered when it ends): each is a burst, and under a cap a burst that overflows the queue makes
 the receiver ask again.
+
+With `loss_control` on, from the client's first receiver report the rate is also the loss-based one
+(app.media.loss_control, fed by app.media.sender_feedback): never over the estimate, down on heavy loss, less
+what retransmissions send. A fall past 10% then reopens the codec (a rise, as before, past 25%): under a cap
+every second spent over it fills the bottleneck's queue.
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ from aiortc.codecs.h264 import H264Encoder
 from av.video.codeccontext import VideoCodecContext
 
 from app.media.hops import TimedEncoder
+from app.media.loss_control import LossController
 from app.settings import EncoderSettings
 
 log = logging.getLogger(__name__)
@@ -43,7 +49,8 @@ log = logging.getLogger(__name__)
 FRAME_RATE = 30  # aiortc's frame clock for H.264 (its MAX_FRAME_RATE); the keyframe interval counts frames of it
 X264 = "libx264"
 NVENC = "h264_nvenc"
-REOPEN_CHANGE = 0.25  # relative change of the target bitrate that reopens the codec
+REOPEN_CHANGE = 0.25  # relative rise of the target bitrate that reopens the codec
+REOPEN_FALL = 0.10  # relative fall that does
 # A session's encode holds this many seconds of its rate in the rate control's buffer: no frame, a keyframe
 # included, is much larger. A keyframe that does not fit a bottleneck's queue loses packets, and the receiver
 # asks for another (libwebrtc's VP8 holds a keyframe to 3 average frames; this is 6 at 30 fps).
@@ -179,6 +186,9 @@ class LiveH264Encoder(H264Encoder):
         self._last_forced: float | None = None  # when the last requested keyframe was encoded (monotonic)
         self._keyframe_owed = False
         self.keyframes_deferred = 0
+        # The loss-based rate (settings.loss_control), made by the first receiver report (`_loss_control`).
+        self.loss_control: LossController | None = None
+        self._loss_lock = threading.Lock()  # reports arrive on the event loop, frames encode in a thread
 
     @property
     def backend(self) -> str | None:
@@ -192,18 +202,65 @@ class LiveH264Encoder(H264Encoder):
         if self._band is None:
             return self._requested or 0
         requested = self._requested if self._requested is not None else self._band.min_bps
+        with self._loss_lock:
+            if self.loss_control is not None:
+                requested = min(requested, self.loss_control.target_bps(time.monotonic()))
         return self._band.clamp(requested, self.settings.estimate_floor)
 
     @target_bitrate.setter
     def target_bitrate(self, bitrate: int) -> None:
         self._requested = int(bitrate)
+        with self._loss_lock:
+            if self.loss_control is not None:
+                self.loss_control.on_estimate(self._requested)
+
+    def report_loss(self, fraction_lost: float, now: float) -> None:
+        """A receiver report's share lost (0-1): the loss-based rate's input (nothing with it off)."""
+        control = self._loss_control()
+        if control is not None:
+            with self._loss_lock:
+                control.on_report(fraction_lost, now)
+
+    def report_retransmitted(self, nbytes: int, now: float) -> None:
+        control = self._loss_control()
+        if control is not None:
+            with self._loss_lock:
+                control.on_retransmitted(nbytes, now)
+
+    def rate_stats(self) -> dict[str, Any]:
+        """The return rate: the target and, with loss control, what it decided last and why."""
+        stats: dict[str, Any] = {"target_bps": self.target_bitrate, "loss_control": self.settings.loss_control}
+        with self._loss_lock:
+            if self.loss_control is not None:
+                decided = self.loss_control.stats(time.monotonic())
+                stats |= {k: v for k, v in decided.items() if k != "target_bps"}
+        return stats
+
+    def _loss_control(self) -> LossController | None:
+        """The loss-based rate, started (from the current target) by the first report once the band is known:
+        a sender nobody reports on (the bench's client) follows the estimate alone, as with it off."""
+        if self.loss_control is None and self.settings.loss_control and self._band is not None:
+            band = self._band
+            floor = round(band.min_bps * self.settings.estimate_floor)
+            control = LossController(self.target_bitrate, floor, band.max_bps)
+            if self._requested is not None:
+                control.on_estimate(self._requested)
+            self.loss_control = control
+        return self.loss_control
+
+    def _reopen_due(self, frame: av.VideoFrame) -> bool:
+        """A new size, or a target that rose past REOPEN_CHANGE of the codec's rate or fell past REOPEN_FALL
+        (REOPEN_CHANGE without loss control, as before it)."""
+        assert self.codec is not None
+        if frame.width != self.codec.width or frame.height != self.codec.height:
+            return True
+        current = self.codec.bit_rate or 0
+        target = self.target_bitrate
+        fall = REOPEN_FALL if self.loss_control is not None else REOPEN_CHANGE
+        return target > current * (1 + REOPEN_CHANGE) or target < current * (1 - fall)
 
     def _encode_frame(self, frame: av.VideoFrame, force_keyframe: bool) -> Iterator[bytes]:
-        if self.codec is not None and (
-            frame.width != self.codec.width
-            or frame.height != self.codec.height
-            or abs(self.target_bitrate - (self.codec.bit_rate or 0)) > REOPEN_CHANGE * (self.codec.bit_rate or 0)
-        ):
+        if self.codec is not None and self._reopen_due(frame):
             self.buffer_data = b""
             self.buffer_pts = None
             self.codec = None

@@ -44,6 +44,7 @@ from app.media.peer import (
     negotiated_codec,
 )
 from app.media.recovery import ReceiverGuard, guard_receiver
+from app.media.sender_feedback import SenderTap, tap_sender
 from app.observability import Metrics
 from app.pipeline.identity_map import FaceSources
 from app.pipeline.pipeline import FramePipeline
@@ -154,6 +155,7 @@ class Session(LiveOutput):
         self._last_frame_at: float | None = None
         self._sender: Any = None
         self._recovery: ReceiverGuard | None = None
+        self._sender_tap: SenderTap | None = None
         self.resumed = 0  # times the input resumed after RESUME_GAP_S or more
         self._error_logged = 0
         ice = [RTCIceServer(url) for url in config.peer.ice_servers]
@@ -180,6 +182,7 @@ class Session(LiveOutput):
         transceiver = self.pc.addTransceiver(self.output, direction="sendrecv")
         transceiver.setCodecPreferences(codec_preferences(self._config.codecs))
         self._sender = transceiver.sender
+        self._sender_tap = tap_sender(transceiver.sender)  # the client's loss reports reach the encoder's rate
         self._recovery = guard_receiver(transceiver.receiver)  # a time limit on holes (app.media.recovery)
         if "\nm=audio " in offer:
             self.pc.addTransceiver(self.audio, direction="sendrecv")
@@ -408,6 +411,7 @@ class Session(LiveOutput):
             "close_reason": self.close_reason,
             "ice": self.ice.describe(),
             "recovery": self.recovery_stats(),
+            "return_rate": self._sender_tap.rate_stats() if self._sender_tap is not None else None,
         }
 
     def recovery_stats(self) -> dict[str, int] | None:

@@ -165,6 +165,38 @@ def test_a_big_change_of_the_estimate_reopens_the_codec(clip: list[Image]) -> No
     assert 5 in nal_types(frames[0])
 
 
+def test_heavy_loss_in_the_receivers_reports_lowers_the_rate_at_once(clip: list[Image]) -> None:
+    encoder = LiveH264Encoder(EncoderSettings(backend="x264", x264_preset="ultrafast"))
+    encode(encoder, clip[:5])
+    codec = encoder.codec
+    assert codec is not None and codec.bit_rate == 800_000
+    assert encoder.loss_control is None, "no report yet: the estimate alone"
+    encoder.report_loss(0.3, now=time.monotonic())
+    encoder.target_bitrate = 2_500_000  # the estimate is now a ceiling: the rate rises on clean reports only
+    frames = encode(encoder, clip[5:7], 5)
+    assert encoder.codec is not codec and encoder.codec is not None
+    assert encoder.codec.bit_rate == 680_000, "a cut of 15% (half the 30% lost) reopens the codec"
+    assert 5 in nal_types(frames[0])
+    stats = encoder.rate_stats()
+    assert stats["target_bps"] == 680_000 and stats["reason"] == "decrease" and stats["fraction_lost"] == 0.3
+    assert stats["estimate_bps"] == 2_500_000 and stats["loss_control"] is True
+
+
+def test_with_loss_control_off_the_reports_change_nothing(clip: list[Image]) -> None:
+    encoder = LiveH264Encoder(EncoderSettings(backend="x264", x264_preset="ultrafast", loss_control=False))
+    encode(encoder, clip[:3])
+    encoder.report_loss(0.5, now=time.monotonic())
+    encoder.report_retransmitted(100_000, now=time.monotonic())
+    assert encoder.loss_control is None and encoder.target_bitrate == 800_000
+    assert encoder.rate_stats() == {"target_bps": 800_000, "loss_control": False}
+
+
+def test_loss_control_is_on_by_default_and_read_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert EncoderSettings().loss_control is True
+    monkeypatch.setenv("SWAPCAST_ENCODER_LOSS_CONTROL", "false")
+    assert EncoderSettings().loss_control is False
+
+
 def _nvenc_opens() -> bool:
     settings = EncoderSettings()
     try:

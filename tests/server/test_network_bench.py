@@ -6,8 +6,8 @@ from pathlib import Path
 import pytest
 
 from app.bench import network_bench, network_paths
-from app.bench.impair import DOWNSTREAM, UPSTREAM
-from app.bench.network_bench import NetworkBenchConfig, freezes, run_network_bench, settled_after
+from app.bench.impair import DOWNSTREAM, UPSTREAM, Impairment
+from app.bench.network_bench import NetworkBenchConfig, Profile, freezes, run_network_bench, settled_after
 from app.cli import main
 from app.commands import bench_network
 
@@ -36,6 +36,10 @@ def test_sessions_through_an_impaired_relay_are_measured_against_the_clean_one(m
     assert lossy["relay"][UPSTREAM]["dropped"]["loss"] > 0 and lossy["relay"][DOWNSTREAM]["dropped"]["loss"] > 0
     assert lossy["vs_clean"]["fps_ratio"] >= 0.5, lossy
     assert lossy["feedback"]["nack_sent"] > 0, "the client's receiver asked for what was lost"
+    # The server's return rate, as its session reports it: loss control read the client's receiver reports.
+    rates = lossy["return_rate"]
+    assert rates and all(r["target_kbps"] > 0 for r in rates), rates
+    assert any(r["reason"] in ("increase", "hold", "decrease") for r in rates), rates
 
     outage = rows["outage3"]
     assert outage["relay"][UPSTREAM]["dropped"]["outage"] > 0
@@ -76,6 +80,23 @@ def test_a_whep_viewer_through_the_relay_gets_fresh_frames_after_an_outage(model
     assert fresh is not None and fresh <= 6.0, outage["outage"]  # measured 2.6 s on a loaded machine
     viewer = outage["server_recovery"]
     assert viewer is not None and viewer["keyframes_asked"] >= 1, viewer
+
+
+@pytest.mark.slow
+def test_heavy_loss_on_the_return_brings_the_servers_rate_down(
+    model_root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """20% lost each way: the client's receiver reports say so, and the session's loss control cuts its
+    return rate (app.media.loss_control), as its `return_rate` shows."""
+    monkeypatch.setitem(network_bench.PROFILES, "loss20", Profile("loss20", "20% loss", Impairment(loss=0.2)))
+    config = NetworkBenchConfig(profiles=("loss20",), seconds=6.0, warmup=1.0, engine="passthrough")
+    result = run_network_bench(config, progress=False)
+    row = {row["profile"]: row for row in result["profiles"]}["loss20"]
+    assert row["failed"] is None and row["relay"][DOWNSTREAM]["dropped"]["loss"] > 0, row
+    rates = row["return_rate"]
+    cut = [r for r in rates if r["reason"] == "decrease"]
+    assert cut and all(r["fraction_lost"] > 0.1 for r in cut), rates
+    assert min(r["target_kbps"] for r in cut) >= 400, "never under the floor (half the 480p band's minimum)"
 
 
 def test_freezes_count_gaps_between_returned_frames_and_the_window_edges() -> None:

@@ -17,14 +17,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import re
-import tempfile
 import time
 from collections import Counter
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 from typing import Any, Protocol
 
 import httpx
@@ -32,8 +29,6 @@ import numpy as np
 
 from app.bench.impair import CLEAR, GilbertElliott, Impairment, UdpRelay
 from app.bench.network_paths import (
-    PATHS,
-    RTSP_PATHS,
     RelayedClient,
     RelayedViewer,
     path_summary,
@@ -43,15 +38,8 @@ from app.bench.network_paths import (
 from app.bench.rtc_client import RoundTrip
 from app.bench.rtsp_ingest_cell import latency_summary
 from app.bench.server_bench import (
-    RESOLUTIONS,
     BenchServer,
-    ServerProcess,
-    ThreadServer,
-    bench_clip,
-    engine_unavailable,
-    machine_report,
     print_progress,
-    upload_identity,
 )
 from app.pipeline.types import Image
 
@@ -422,9 +410,10 @@ def vs_clean(summary: dict[str, Any], clean: dict[str, Any]) -> dict[str, float 
 # ------------------------------------------------------------------------------------------------- run
 
 
-async def _run_all(
+async def run_rtc_paths(
     server: BenchServer, frames: list[Image], config: NetworkBenchConfig, progress: bool
 ) -> list[dict[str, Any]]:
+    """The session profiles, then the WHEP viewer's, each a row."""
     rows: list[dict[str, Any]] = []
     clean: dict[str, Any] | None = None
     for name in config.profiles if "session" in config.paths else ():
@@ -451,10 +440,6 @@ async def _run_all(
         await asyncio.sleep(0.5)
     if "whep" in config.paths:
         rows.extend(await _run_whep(server, frames, config, progress))
-    if set(config.paths) & set(RTSP_PATHS):
-        from app.bench.network_rtsp import run_rtsp_paths  # it builds on this module
-
-        rows.extend(await run_rtsp_paths(server, frames, config, progress))
     return rows
 
 
@@ -509,59 +494,3 @@ AIORTC_LIMITS = (
     "a sender's rate follows the peer's REMB alone (the server's session sender adds loss-based control on the "
     "client's receiver reports: SWAPCAST_ENCODER_LOSS_CONTROL)",
 )
-
-
-def run_network_bench(config: NetworkBenchConfig, progress: bool = True) -> dict[str, Any]:
-    unknown = [p for p in config.profiles if p not in PROFILES]
-    if unknown:
-        raise ValueError(f"unknown profile {unknown[0]!r}")
-    if not set(config.paths) <= set(PATHS):
-        raise ValueError(f"unknown path in {config.paths!r}: {', '.join(PATHS)}")
-    if config.profiles[:1] != ("clean",):
-        # Every profile is compared with the clean run: it comes first.
-        config = replace(config, profiles=("clean", *(p for p in config.profiles if p != "clean")))
-    reason = engine_unavailable(config.engine)
-    rtsp = bool(set(config.paths) & set(RTSP_PATHS))
-    if reason is None and rtsp:
-        from app.media.rtsp_out import rtsp_unavailable_reason
-
-        unavailable = rtsp_unavailable_reason()
-        reason = f"the RTSP paths need GStreamer's RTSP server: {unavailable}" if unavailable else None
-    if reason is not None:
-        raise RuntimeError(reason)
-    from app.media.encoder import install_timed_encoders
-    from app.media.peer import use_host_addresses
-
-    install_timed_encoders()  # the client encodes in real time, as a browser does
-    use_host_addresses(["127.0.0.1"])  # one loopback candidate for the relay to stand in for
-    frames = bench_clip(config.resolution, config.clip_frames)
-    started = time.perf_counter()
-    load_before = os.getloadavg()
-    with tempfile.TemporaryDirectory(prefix="swapcast-bench-network-") as tmp:
-        server: BenchServer = (ThreadServer if config.in_process else ServerProcess)(
-            config.engine, Path(tmp) / "id", rtsp=rtsp
-        )
-        try:
-            upload_identity(server)
-            rows = asyncio.run(_run_all(server, frames, config, progress))
-        finally:
-            server.stop()
-    return {
-        "config": {
-            "profiles": list(config.profiles),
-            "seconds": config.seconds,
-            "warmup": config.warmup,
-            "resolution": config.resolution,
-            "size": list(RESOLUTIONS[config.resolution]),
-            "fps": config.fps,
-            "seed": config.seed,
-            "engine": config.engine,
-            "codec": config.codec,
-            "paths": list(config.paths),
-            "client_recovery": config.client_recovery,
-        },
-        "machine": machine_report(load_before[0]),
-        "profiles": rows,
-        "aiortc": list(AIORTC_LIMITS),
-        "seconds": round(time.perf_counter() - started, 1),
-    }

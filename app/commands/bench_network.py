@@ -60,7 +60,8 @@ def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None
 
 
 def run(args: argparse.Namespace) -> int:
-    from app.bench.network_bench import NetworkBenchConfig, run_network_bench
+    from app.bench.network_bench import NetworkBenchConfig
+    from app.bench.network_run import run_network_bench
     from app.bench.server_bench import RESOLUTIONS
 
     check_bench_args([args.resolution], RESOLUTIONS, args.output)

@@ -7,7 +7,8 @@ import pytest
 
 from app.bench import network_bench, network_paths
 from app.bench.impair import DOWNSTREAM, UPSTREAM, Impairment
-from app.bench.network_bench import NetworkBenchConfig, Profile, freezes, run_network_bench, settled_after
+from app.bench.network_bench import NetworkBenchConfig, Profile, freezes, settled_after
+from app.bench.network_run import run_network_bench
 from app.cli import main
 from app.commands import bench_network
 

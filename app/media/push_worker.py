@@ -5,8 +5,8 @@ destination that answers slowly would freeze every thread of the server (measure
 and never answers froze a ticking thread for as long as the connection hung, past PyAV's own timeouts). So the
 server hands each push's packets, encoded once for all the channel's pushes (`app.media.push_encode`), to a
 child process through a pipe, and the child muxes and sends them (`app.media.push_sinks`). The child reports on
-its stdout, one JSON line each: `ready` once it runs (the push then starts taking packets: none wait in the pipe
-while Python starts), `open` once its sink opened on the first packet (a keyframe), then `progress` (bytes
+its stdout, one JSON line each: `ready` once it runs and its sink is made (the push then starts taking packets:
+none wait in the pipe while Python starts), `open` on the first packet (a keyframe), then `progress` (bytes
 sent since the last report, whether a peer takes the stream) about four times a second, or `error` with the
 destination's secrets hidden. The configuration, secrets included, goes in on stdin, never on the command
 line; FFmpeg's own messages (which may quote the URL) are discarded.
@@ -162,28 +162,26 @@ def main() -> int:
     config = json.loads(stdin.readline())
     destination = Destination.from_json(config["destination"])
     width, height, fps = int(config["width"]), int(config["height"]), int(config["fps"])
-    _emit(event="ready")
-    packet = _read_packet(stdin)
-    if packet is None:
-        return 0
     sink: Sink | None = None
     try:
+        # Opened before the first packet: an SRT caller starts connecting now (FFmpeg's protocols connect when
+        # the first packet writes the header).
         sink = open_sink(destination, width, height, fps)
+        _emit(event="ready")
         # What a peer gets starts on a keyframe: nothing goes out before the sink takes the stream (an SRT
         # listener's caller, or a caller's connection, may come later; the server asks for a keyframe then).
         keyed, sent, reported = False, 0, None
-        while packet is not None:
+        while (packet := _read_packet(stdin)) is not None:
             video, _, _, keyframe = packet
             keyed = keyed or (video and keyframe and sink.connected())
             if keyed:
-                sent += sink.send(*packet)  # the first one writes the header (FFmpeg's protocols connect then)
+                sent += sink.send(*packet)  # the first one writes the header
             if reported is None:
                 _emit(event="open", connected=sink.connected())
                 reported = time.monotonic()
             elif time.monotonic() - reported >= REPORT_S:
                 _emit(event="progress", bytes=sent, connected=sink.connected())
                 sent, reported = 0, time.monotonic()
-            packet = _read_packet(stdin)
     except Exception as exc:  # unreachable, refused, or dropped: reported to the server, secrets hidden
         _emit(event="error", message=destination.redact(str(exc) or type(exc).__name__))
         return 1

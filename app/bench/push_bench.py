@@ -123,12 +123,15 @@ def measure(mode: str, pushes: int, frames: list[Any], fps: int, seconds: float,
         push.start()
     try:
         time.sleep(warmup_s)
-        children = _push_children()
-        own, theirs, started = time.process_time(), sum(_cpu_s(pid) for pid in children), time.monotonic()
+        children = {pid: _cpu_s(pid) for pid in _push_children()}
+        own, started = time.process_time(), time.monotonic()
         time.sleep(seconds)
         own = time.process_time() - own
-        theirs = sum(_cpu_s(pid) for pid in children) - theirs
+        ended = {pid: _cpu_s(pid) for pid in _push_children()}
         elapsed = time.monotonic() - started
+        # A child that ended inside the window (its push reconnected) is left out, and counted.
+        theirs = sum(ended[pid] - cpu for pid, cpu in children.items() if pid in ended)
+        replaced = sum(1 for pid in children if pid not in ended)
         states = [push.stats() for push in running]
     finally:
         for push in running:
@@ -144,6 +147,8 @@ def measure(mode: str, pushes: int, frames: list[Any], fps: int, seconds: float,
         "push_children_cpu_pct": round(100 * theirs / elapsed, 1),
         "total_cpu_pct": round(100 * (own + theirs) / elapsed, 1),
         "push_states": [s["state"] for s in states],
+        "push_children_replaced": replaced,
+        "reconnects": [s["reconnects"] for s in states],
         "frames_sent": [s["frames_sent"] for s in states],
     }
 

@@ -42,6 +42,7 @@ AUDIO_MAX_S = 0.5  # sound queued beyond this (the encode fell behind) is droppe
 VIDEO = "h264"
 MICROSECONDS = 1_000_000
 KEYFRAME_MIN_S = 1.0
+RETRY_S = 1.0
 
 Planes = np.ndarray[Any, np.dtype[np.uint8]]
 Samples = np.ndarray[Any, np.dtype[np.float32]]
@@ -136,6 +137,7 @@ class PushEncode:
             self._encode()
         except Exception:  # a codec that fails: the pushes see no packets and reconnect; the next run retries
             log.exception("push encode %s failed", self._name)
+            time.sleep(RETRY_S)  # not at once: what failed may well fail again
         finally:
             with self._lock:
                 self._thread = None
@@ -180,8 +182,11 @@ class PushEncode:
                         self._keyframes_served = asked
                 packets += encoded
                 ticks += 1
-                for codec in {s.audio_codec for s in subscribers} - tracks.keys():
+                codecs = {s.audio_codec for s in subscribers}
+                for codec in codecs - tracks.keys():
                     tracks[codec] = _AudioTrack(codec, ticks / self.fps)
+                for codec in tracks.keys() - codecs:  # its last push went
+                    del tracks[codec]
                 for track in tracks.values():
                     packets += track.encode(pending, ticks / self.fps, audio_dropped)
             for packet in packets:

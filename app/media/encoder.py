@@ -1,10 +1,10 @@
 """swapcast's H.264 encoding policy, one for every live encode: live-use x264 settings, a bitrate band per
 resolution, a fixed keyframe interval, and NVENC where FFmpeg can open it, with libx264 as the fallback.
 
-`EncoderPolicy` opens the PyAV codecs of the WebRTC return path (through aiortc, below) and of the WHEP hub's
-shared encode, and gives the same settings as GStreamer x264enc properties for the RTSP output. The shared
-encodes (WHEP, RTSP) have no receiver estimate: they run at a fixed rate inside the band, with their own
-preset (`shared_x264_preset`).
+`EncoderPolicy` opens the PyAV codecs of the WebRTC return path (through aiortc, below) and of the shared
+encodes (the WHEP hub's, a channel's pushes'), and gives the same settings as GStreamer x264enc properties for
+the RTSP output. The shared encodes (WHEP, RTSP, pushes) have no receiver estimate: they run at a fixed rate
+inside the band, with their own preset (`shared_x264_preset`).
 
 aiortc's encoder runs libx264 with its default preset (`medium`) and clamps every stream to 0.5-3 Mbit/s;
 this one keeps aiortc's packetisation (the subclass only replaces how the codec is opened and fed) and takes
@@ -342,24 +342,25 @@ class EncoderPolicy:
         bitrate = shared_bitrate_bps(width, height, FRAME_RATE, shared)
         return _open_best(shared, lambda name: open_codec(name, width, height, bitrate, band, shared, time_base))
 
-    def push_encoder(self, width: int, height: int) -> str:
-        """The encoder a push's muxer stream uses: NVENC where one opens at this size (under the settings'
-        backend), else libx264. Tried on a context of its own, as a muxer's stream cannot be taken back."""
-        band = bitrate_band(width, height, self.settings)
-        settings = self.settings
-        codec = _open_best(settings, lambda name: open_codec(name, width, height, band.min_bps, band, settings))
-        return codec.name
-
-    def configure_push(self, codec: VideoCodecContext, fps: int) -> None:
-        """A push's stream (its encoder picked by `push_encoder`, its size set): the shared preset and fixed rate
-        inside the band, one frame per tick of `fps`."""
+    def open_push(self, width: int, height: int, fps: int) -> VideoCodecContext:
+        """A channel's encode for its pushes (`app.media.push_encode`): NVENC where one opens at this size (under
+        the settings' backend), else libx264 with the shared preset, at the shared fixed rate inside the band, one
+        frame per tick of `fps`. Without a global header, so that every keyframe carries its SPS and PPS: a push
+        that joins on one needs nothing sent before it."""
         shared = self.settings.model_copy(update={"x264_preset": self.settings.shared_x264_preset})
-        width, height = codec.width, codec.height
         band = bitrate_band(width, height, self.settings)
         bitrate = shared_bitrate_bps(width, height, fps, shared)
-        configure_codec(codec, width, height, bitrate, band, shared, fractions.Fraction(1, fps))
-        codec.framerate = fractions.Fraction(fps, 1)
-        codec.gop_size = max(1, round(self.settings.keyframe_interval_s * fps))
+
+        def open_as(name: str) -> VideoCodecContext:
+            codec = av.CodecContext.create(name, "w")
+            assert isinstance(codec, VideoCodecContext)
+            configure_codec(codec, width, height, bitrate, band, shared, fractions.Fraction(1, fps))
+            codec.framerate = fractions.Fraction(fps, 1)
+            codec.gop_size = max(1, round(self.settings.keyframe_interval_s * fps))
+            codec.open()
+            return codec
+
+        return _open_best(self.settings, open_as)
 
     def x264enc_properties(self, width: int, height: int, fps: int, bitrate_kbps: int | None = None) -> str:
         """The same choices as GStreamer x264enc properties (RTSP output): preset, tune, rate, keyframe interval."""

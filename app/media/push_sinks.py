@@ -1,17 +1,20 @@
-"""Where a push's encoded picture and sound go: one muxer per destination kind, all fed by PyAV's encoders.
+"""Where a push's packets go: one muxer per destination kind, fed the channel's shared encode
+(`app.media.push_encode`): H.264, and AAC or Opus, muxed as they come, never encoded here.
 
 - RTMP/RTMPS: FLV over FFmpeg's `rtmp`/`rtmps` protocol, H.264 + AAC.
 - WHIP: FFmpeg's `whip` muxer (an HTTP offer with the Bearer token, then ICE, DTLS-SRTP), H.264 + Opus.
 - SRT: MPEG-TS muxed by PyAV into GStreamer's `srtsink` (caller or listener, latency, passphrase), as the
   FFmpeg that PyAV bundles has no SRT protocol: `appsrc ! srtsink`.
 
-The H.264 encoder and its settings come from the server's `EncoderPolicy` (NVENC where it opens, else libx264
-with the shared preset and fixed rate). Each call may block on the network for up to `IO_TIMEOUT_S`; a sink
-that fails raises, and its push opens a new one after a pause.
+A sink opens on the push's first packet, a keyframe: the H.264 stream takes its SPS and PPS from it (PyAV reads
+them before it writes the header), and the sound's stream has an encoder of the same settings, opened and never
+fed, which describes it to the muxer exactly as the channel's encoder would. Each call may block on the network
+for up to `IO_TIMEOUT_S`; a sink that fails raises, and its push opens a new one after a pause.
 """
 
 from __future__ import annotations
 
+import fractions
 import threading
 import time
 from typing import Any, Protocol
@@ -19,20 +22,19 @@ from typing import Any, Protocol
 import av
 from av.audio.stream import AudioStream
 from av.container.output import OutputContainer
-from av.video.stream import VideoStream
 
-from app.media.encoder import EncoderPolicy
 from app.media.push_destination import Destination
+from app.media.push_encode import AUDIO_RATE, MICROSECONDS, configure_audio
 from app.media.whip_certificate import whip_certificate_options
 
-AUDIO_RATE = 48000
-AUDIO_BITRATE = 128000
 OPEN_TIMEOUT_S = 10.0
 IO_TIMEOUT_S = 10.0
 # A caller that has not reached its listener in this long fails (srtsink would go on trying silently).
 SRT_CONNECT_TIMEOUT_S = 5.0
 # MPEG-TS is handed to srtsink in chunks of 7 TS packets, one SRT payload (the usual live setting).
 TS_CHUNK = 188 * 7
+AUDIO_CODECS = {"rtmp": "aac", "srt": "aac", "whip": "libopus"}  # what each kind of destination takes
+MICROSECOND = fractions.Fraction(1, MICROSECONDS)
 
 
 class PushSinkError(Exception):
@@ -40,19 +42,15 @@ class PushSinkError(Exception):
 
 
 class Sink(Protocol):
-    audio_frame_samples: int
-
     def connected(self) -> bool: ...
 
-    def send_video(self, frame: av.VideoFrame) -> int: ...
-
-    def send_audio(self, frame: av.AudioFrame) -> int: ...
+    def send(self, video: bool, data: bytes, pts_us: int, keyframe: bool) -> int: ...
 
     def close(self) -> None: ...
 
 
 class MuxSink:
-    """One PyAV output container with an H.264 and an audio stream; `send_*` return the bytes muxed."""
+    """One PyAV output container with an H.264 and an audio stream; `send` returns the bytes muxed."""
 
     def __init__(
         self,
@@ -61,12 +59,10 @@ class MuxSink:
         width: int,
         height: int,
         fps: int,
-        policy: EncoderPolicy,
         audio_codec: str,
         options: dict[str, str] | None = None,
         buffer_size: int = 32768,
     ) -> None:
-        encoder = policy.push_encoder(width, height)
         self.container: OutputContainer = av.open(
             target,
             "w",
@@ -76,55 +72,41 @@ class MuxSink:
             buffer_size=buffer_size,
         )
         try:
-            video = self.container.add_stream(encoder, rate=fps)
+            self.video = self.container.add_mux_stream("h264", rate=fps, width=width, height=height)
             audio = self.container.add_stream(audio_codec, rate=AUDIO_RATE)
-            assert isinstance(video, VideoStream) and isinstance(audio, AudioStream)
-            video.codec_context.width, video.codec_context.height = width, height
-            policy.configure_push(video.codec_context, fps)
-            audio.codec_context.layout = "stereo"
-            audio.codec_context.bit_rate = AUDIO_BITRATE
-            audio.codec_context.open()  # its frame size is known once open
-            self.video, self.audio = video, audio
-            self.audio_frame_samples = audio.codec_context.frame_size or 960
-            self.container.start_encoding()  # connects and writes the header now, not on the first frame
+            assert isinstance(audio, AudioStream)
+            configure_audio(audio.codec_context)
+            self.audio = audio
         except Exception:
             self.container.close()
             raise
 
     def connected(self) -> bool:
-        return True  # FFmpeg's protocols are connected once the container opens
+        return True  # FFmpeg's protocols are connected once the header is written (on the first packet)
 
-    def send_video(self, frame: av.VideoFrame) -> int:
-        return self._mux(self.video.encode(frame))
-
-    def send_audio(self, frame: av.AudioFrame) -> int:
-        return self._mux(self.audio.encode(frame))
-
-    def _mux(self, packets: list[av.Packet]) -> int:
-        size = sum(p.size for p in packets)
-        if packets:
-            self.container.mux(packets)
-        return size
+    def send(self, video: bool, data: bytes, pts_us: int, keyframe: bool) -> int:
+        packet = av.Packet(data)
+        packet.stream = self.video if video else self.audio
+        packet.time_base = MICROSECOND
+        packet.pts = packet.dts = pts_us
+        packet.is_keyframe = keyframe
+        self.container.mux(packet)
+        return len(data)
 
     def close(self) -> None:
-        try:
-            self._mux(self.video.encode(None))
-            self._mux(self.audio.encode(None))
-        except Exception:  # the destination went away: nothing more to flush
-            pass
-        finally:
-            self.container.close()
+        self.container.close()
 
 
-def open_sink(destination: Destination, width: int, height: int, fps: int, policy: EncoderPolicy) -> Sink:
-    """A connected sink for `destination`; raises when it cannot be reached."""
+def open_sink(destination: Destination, width: int, height: int, fps: int) -> Sink:
+    """A sink for `destination`, connected on its first packet (SRT: a caller connects now)."""
+    audio = AUDIO_CODECS[destination.kind]
     if destination.kind == "rtmp":
-        return MuxSink(destination.target, "flv", width, height, fps, policy, "aac")
+        return MuxSink(destination.target, "flv", width, height, fps, audio)
     if destination.kind == "whip":
         # A P-256 certificate for its DTLS: FFmpeg's own is P-224, which OpenSSL 4 receivers refuse.
         options = {**whip_certificate_options(), **({"authorization": destination.key} if destination.key else {})}
-        return MuxSink(destination.target, "whip", width, height, fps, policy, "libopus", options)
-    return SrtSink(destination, width, height, fps, policy)
+        return MuxSink(destination.target, "whip", width, height, fps, audio, options)
+    return SrtSink(destination, width, height, fps)
 
 
 class _Gst:
@@ -192,7 +174,7 @@ class SrtSink:
     starts (a destination that does not answer fails it); in listener mode it waits for a caller and drops what
     is sent meanwhile."""
 
-    def __init__(self, destination: Destination, width: int, height: int, fps: int, policy: EncoderPolicy) -> None:
+    def __init__(self, destination: Destination, width: int, height: int, fps: int) -> None:
         gst = _Gst.get()
         self._gst = gst
         self._destination = destination
@@ -220,11 +202,10 @@ class SrtSink:
                 self._writer.check()
                 raise PushSinkError("SRT: the destination cannot be opened")
             self._writer.check()
-            self._mux = MuxSink(self._writer, "mpegts", width, height, fps, policy, "aac", buffer_size=TS_CHUNK)
+            self._mux = MuxSink(self._writer, "mpegts", width, height, fps, "aac", buffer_size=TS_CHUNK)
         except Exception:
             self._pipeline.set_state(gst.State.NULL)
             raise
-        self.audio_frame_samples = self._mux.audio_frame_samples
 
     def connected(self) -> bool:
         """Whether a peer takes the stream (srtsink's statistics have more than the byte count once one does);
@@ -237,11 +218,8 @@ class SrtSink:
             raise PushSinkError(f"SRT: no listener answered at {self._destination.shown}")
         return False
 
-    def send_video(self, frame: av.VideoFrame) -> int:
-        return self._mux.send_video(frame)
-
-    def send_audio(self, frame: av.AudioFrame) -> int:
-        return self._mux.send_audio(frame)
+    def send(self, video: bool, data: bytes, pts_us: int, keyframe: bool) -> int:
+        return self._mux.send(video, data, pts_us, keyframe)
 
     def close(self) -> None:
         try:

@@ -1,12 +1,14 @@
-"""The channels' pushes while the server runs: each stored push (`app.channels.pushes`) as a `Push` listening to
-its channel's feed, started with the channel and stopped with it. Every method here blocks (the store's file,
-a push's thread ending): run them off the event loop."""
+"""The channels' pushes while the server runs: each stored push (`app.channels.pushes`) as a `Push` fed by its
+channel's one `PushEncode`, which listens to the channel's feed while the channel has pushes; started with the
+channel and stopped with it. Every method here blocks (the store's file, a push's thread ending): run them off
+the event loop."""
 
 from __future__ import annotations
 
 import contextlib
 import logging
 import threading
+import weakref
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -14,6 +16,7 @@ from app.channels.pushes import PushRecord, PushStore
 from app.media.encoder import EncoderPolicy
 from app.media.push import Push
 from app.media.push_destination import Destination
+from app.media.push_encode import PushEncode
 from app.media.push_sinks import srt_unavailable_reason
 from app.server.not_found import NotFound
 
@@ -49,6 +52,9 @@ class PushManager:
         self._policy = policy
         self._options = options
         self._lock = threading.Lock()
+        # Each running channel's encode for its pushes, while it has some (by the channel: a channel deleted
+        # and made again under its name has a new feed).
+        self._encodes: weakref.WeakKeyDictionary[Channel, PushEncode] = weakref.WeakKeyDictionary()
 
     def start_channel(self, channel: Channel) -> None:
         """The channel's stored pushes start sending (when pushes run in this process)."""
@@ -105,33 +111,44 @@ class PushManager:
     def _start(self, channel: Channel, record: PushRecord) -> None:
         if not self._options.enabled or record.id in channel.pushes:
             return
-        feed = channel.feed
         push = Push(
             record.id,
             record.destination,
-            feed.width,
-            feed.height,
-            feed.fps,
-            self._policy,
+            self._encode(channel),
             backoff_s=self._options.backoff_s,
             backoff_max_s=self._options.backoff_max_s,
         )
         channel.pushes[record.id] = push
-        feed.output_listeners.append(push.frame)
-        feed.audio_listeners.append(push.audio)
-        feed.keyframe_listeners.append(push.keyframe)
         push.start()
+
+    def _encode(self, channel: Channel) -> PushEncode:
+        """The channel's encode for its pushes, listening to its feed from its first push on."""
+        with self._lock:
+            encode = self._encodes.get(channel)
+            if encode is None:
+                feed = channel.feed
+                encode = PushEncode(feed.width, feed.height, feed.fps, self._policy, channel.id)
+                self._encodes[channel] = encode
+                feed.output_listeners.append(encode.frame)
+                feed.audio_listeners.append(encode.audio)
+                feed.keyframe_listeners.append(encode.keyframe)
+            return encode
 
     def _stop(self, channel: Channel, push_id: str) -> None:
         push = channel.pushes.pop(push_id, None)
         if push is None:
             return
+        push.close()
+        with self._lock:
+            encode = self._encodes.get(channel) if not channel.pushes else None
+            if encode is None:
+                return
+            del self._encodes[channel]
         feed = channel.feed
         for listeners, listener in (
-            (feed.output_listeners, push.frame),
-            (feed.audio_listeners, push.audio),
-            (feed.keyframe_listeners, push.keyframe),
+            (feed.output_listeners, encode.frame),
+            (feed.audio_listeners, encode.audio),
+            (feed.keyframe_listeners, encode.keyframe),
         ):
             with contextlib.suppress(ValueError):
                 listeners.remove(listener)  # type: ignore[arg-type]
-        push.close()

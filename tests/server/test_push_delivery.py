@@ -1,7 +1,8 @@
 """Pushes that reach real servers on this machine, read back by a real client (PyAV, FFmpeg inside, as OBS and
 the platforms' ingest are built on): nginx's RTMP module (FLV, H.264 + AAC), and `srt-live-transmit` as an SRT
 listener and as a caller of a push that listens (MPEG-TS, encrypted). A publisher's frames carry a coloured
-band that the swap keeps, so the readers tell its frames from the slate."""
+band that the swap keeps, so the readers tell its frames from the slate. A channel's pushes share one encode:
+two SRT listeners get the same packets, byte for byte, the later one from a keyframe on."""
 
 import asyncio
 import threading
@@ -182,3 +183,62 @@ def test_srt_pushes_as_caller_and_as_listener_deliver_the_channel_encrypted(
             assert len(reader.seen.frames) >= 2 * SIZE["fps"], len(reader.seen.frames)
             assert reader.audio == {"codec": "aac", "rate": 48000} and reader.audio_samples > 48000
             assert slate_likeness(tmp_path / name) < 12  # nobody publishes: the slate went out
+
+
+def demuxed(path: Path) -> tuple[list[tuple[bool, bytes]], int, int]:
+    """The video packets of an MPEG-TS file in order (keyframe, payload), how many frames its video decodes to,
+    and how many sound samples it holds."""
+    with av.open(str(path)) as container:
+        video = [(p.is_keyframe, bytes(p)) for p in container.demux(video=0) if p.size]
+    with av.open(str(path)) as container:
+        frames = sum(1 for _ in container.decode(video=0))
+    with av.open(str(path)) as container:
+        samples = sum(frame.samples for frame in container.decode(audio=0))
+    return video, frames, samples
+
+
+@pytest.mark.skipif(SRT_MISSING is not None, reason=f"no SRT: {SRT_MISSING}")
+def test_a_channels_pushes_share_one_encode_and_a_later_one_starts_on_a_keyframe(
+    tmp_path: Path, pipeline_factory: Callable[[PipelineSettings], FramePipeline], tom_png: bytes, clip: MotionClip
+) -> None:
+    settings = server_settings(tmp_path / "identities", push_retry_s=0.2, push_retry_max_s=1.0)
+    with start_server(settings, pipeline_factory) as server:
+        identity = upload(server.base_url, tom_png, "tom.png").json()["id"]
+        make_channel(server, "shared")
+        publisher = Publisher(server, banded(small(clip), "red"), identity, "shared")  # a picture that moves
+        first_port, later_port = free_port(), free_port()
+        first = SrtTransmit(f"srt://:{first_port}?mode=listener", tmp_path / "first.ts")
+        later = SrtTransmit(f"srt://:{later_port}?mode=listener", tmp_path / "later.ts")
+        said = ""
+        try:
+            one = add_push(server, "shared", {"url": f"srt://127.0.0.1:{first_port}"})
+            assert wait_for(lambda: push_stats(server, "shared", one["id"])["state"] == "live", 30)
+            time.sleep(2.7)  # into the encode's keyframe interval (2 s): the later push joins between two
+            two = add_push(server, "shared", {"url": f"srt://127.0.0.1:{later_port}"})
+            assert wait_for(lambda: push_stats(server, "shared", two["id"])["state"] == "live", 30)
+            time.sleep(4.0)
+            stats = [push_stats(server, "shared", push["id"]) for push in (one, two)]
+            assert all(s["state"] == "live" and s["frames_sent"] > 0 for s in stats), stats
+        finally:
+            said = later.stop() + first.stop()  # the later one ends first: all it got, the first one got too
+            publisher.close()
+        whole, whole_frames, whole_samples = demuxed(tmp_path / "first.ts")
+        joined, joined_frames, joined_samples = demuxed(tmp_path / "later.ts")
+        assert len(joined) >= 3 * SIZE["fps"], (len(joined), said)
+        # The later push starts on a keyframe, and every packet of either decodes to a frame.
+        assert joined[0][0], [key for key, _ in joined[:5]]
+        assert (whole_frames, joined_frames) == (len(whole), len(joined))
+        assert whole_samples > 48000 and joined_samples > 48000
+        # One encode: the later push's packets are the first one's, byte for byte and in order, from where it
+        # joined (two encoders would differ: their keyframes fall elsewhere, their rate control has another
+        # history). A push may drop packets up to a keyframe, never reorder or change them.
+        payloads = [data for _, data in whole]
+        at = payloads.index(joined[0][1]) if joined[0][1] in payloads else len(payloads)
+        matched = 0
+        for _, data in joined:
+            while at < len(payloads) and payloads[at] != data:
+                at += 1
+            if at == len(payloads):
+                break
+            matched, at = matched + 1, at + 1
+        assert matched >= len(joined) - 1, (matched, len(joined))  # its last one may be cut short

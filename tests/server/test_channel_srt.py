@@ -108,7 +108,7 @@ def with_query(url: str, **changes: str) -> str:
 
 
 def encode_threads(name: str) -> int:
-    return sum(1 for t in threading.enumerate() if t.name == f"push-srt-{name}")
+    return sum(1 for t in threading.enumerate() if t.name == f"push-encode-srt-{name}")
 
 
 def test_stream_ids_name_a_channel_plainly_or_in_srts_access_control_form() -> None:

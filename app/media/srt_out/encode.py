@@ -1,28 +1,26 @@
 """A channel's one encode for all its SRT callers: MPEG-TS with H.264 (the server's `EncoderPolicy`) and AAC,
 written chunk by chunk into the channel's `Fanout`.
 
-It is a `Push` (`app.media.push`: the newest frame at the channel's rate, the sound laid to match, keyframes on
-request) whose connection is a muxer writing into memory rather than a destination; it runs only while the
-channel has callers. It encodes in this process, unlike a push, whose FFmpeg network muxer holds Python's lock
-while it waits on the network: here the muxer writes to memory and libsrt's non-blocking sends go through
-ctypes, which lets the lock go.
+The picture and sound are encoded by a `PushEncode` (`app.media.push_encode`: the newest frame at the channel's
+rate, the sound laid to match, keyframes on request), to which this is one subscriber that muxes the packets
+into memory from the first keyframe on; it runs only while the channel has callers. Muxing happens on the
+encode's thread, in this process: unlike a push, whose FFmpeg network muxer holds Python's lock while it waits
+on the network, this muxer writes to memory and libsrt's non-blocking sends go through ctypes, which lets the
+lock go.
 """
 
 from __future__ import annotations
 
-import fractions
+import contextlib
+import threading
 from collections.abc import Callable
-from typing import Any, Protocol
-
-import av
-import numpy as np
+from typing import Protocol
 
 from app.live.adapter import AudioListener
 from app.live.core import OutputListener
 from app.media.encoder import EncoderPolicy
-from app.media.push import Push
-from app.media.push_destination import Destination
-from app.media.push_sinks import AUDIO_RATE, TS_CHUNK, MuxSink
+from app.media.push_encode import EncodedPacket, PushEncode
+from app.media.push_sinks import TS_CHUNK, MuxSink
 from app.media.srt_out.fanout import Fanout
 
 
@@ -49,68 +47,53 @@ class _Gate:
         return self.fanout.write(data) if self.open else len(data)
 
 
-class _MemoryConnection:
-    """`Push`'s connection: the encoder and MPEG-TS muxer, writing into the fan-out."""
-
-    def __init__(self, gate: _Gate, width: int, height: int, fps: int, policy: EncoderPolicy) -> None:
-        self._fanout = gate.fanout
-        self._height, self._width, self._fps = height, width, fps
-        self._mux = MuxSink(gate, "mpegts", width, height, fps, policy, "aac", buffer_size=TS_CHUNK)
-        self.audio_frame_samples = self._mux.audio_frame_samples
-
-    def connected(self) -> bool:
-        return self._fanout.count() > 0
-
-    def sent(self) -> int:
-        return self._fanout.sent()
-
-    def send_video(self, i420: np.ndarray[Any, np.dtype[np.uint8]], pts: int, keyframe: bool) -> None:
-        frame = av.VideoFrame.from_numpy_buffer(i420.reshape(self._height * 3 // 2, self._width), format="yuv420p")
-        frame.pts, frame.time_base = pts, fractions.Fraction(1, self._fps)
-        frame.pict_type = av.video.frame.PictureType.I if keyframe else av.video.frame.PictureType.NONE
-        self._mux.send_video(frame)
-
-    def send_audio(self, planar: np.ndarray[Any, np.dtype[np.float32]], pts: int) -> None:
-        audio = av.AudioFrame.from_ndarray(np.ascontiguousarray(planar), format="fltp", layout="stereo")
-        audio.sample_rate = AUDIO_RATE
-        audio.pts, audio.time_base = pts, fractions.Fraction(1, AUDIO_RATE)
-        self._mux.send_audio(audio)
-
-    def close(self) -> None:
-        self._mux.close()
-
-
 class ChannelEncode:
     """Started with the channel's first caller, stopped after its last; `keyframe` for each new caller."""
 
-    def __init__(self, name: str, feed: Feed, fanout: Fanout, policy: EncoderPolicy, port: int) -> None:
+    audio_codec = "aac"  # a `Subscriber` of the push encode: MPEG-TS carries AAC
+
+    def __init__(self, name: str, feed: Feed, fanout: Fanout, policy: EncoderPolicy) -> None:
         self._feed = feed
-        self._gate = gate = _Gate(fanout)
-        fps = feed.fps
-
-        def connection(_d: Destination, width: int, height: int, _fps: int, policy: EncoderPolicy) -> Any:
-            return _MemoryConnection(gate, width, height, fps, policy)
-
-        shown = Destination(kind="srt", url=f"srt://:{port}?streamid={name}", mode="listener")
-        self.push = Push(f"srt-{name}", shown, feed.width, feed.height, fps, policy, opener=connection)
+        self._gate = _Gate(fanout)
+        self._encode = PushEncode(feed.width, feed.height, feed.fps, policy, f"srt-{name}")
+        self._mux = MuxSink(self._gate, "mpegts", feed.width, feed.height, feed.fps, "aac", buffer_size=TS_CHUNK)
+        self._lock = threading.Lock()  # the encode's thread muxes while `stop` closes
+        self._started = False  # a keyframe went into the muxer: callers never get P-frames before one
+        self._closed = False
 
     def start(self) -> None:
-        self._feed.output_listeners.append(self.push.frame)
-        self._feed.audio_listeners.append(self.push.audio)
-        self._feed.keyframe_listeners.append(self.push.keyframe)
-        self.push.start()
+        encode = self._encode
+        self._feed.output_listeners.append(encode.frame)
+        self._feed.audio_listeners.append(encode.audio)
+        self._feed.keyframe_listeners.append(encode.keyframe)
+        encode.attach(self)
 
     def keyframe(self) -> None:
-        self.push.keyframe()
+        self._encode.keyframe()
+
+    def packet(self, packet: EncodedPacket) -> None:
+        """One encoded packet, on the encode's thread (memory and non-blocking sends: it never waits)."""
+        with self._lock:
+            if self._closed:
+                return
+            if not self._started:
+                if not (packet.video and packet.keyframe):
+                    return
+                self._started = True
+            self._mux.send(packet.video, packet.data, packet.pts_us, packet.keyframe)
 
     def stop(self) -> None:
-        """Leave the feed and stop (blocking while the encoder's thread ends)."""
+        """Leave the feed and stop muxing (the encode's thread ends at its next tick, with no subscriber)."""
         self._gate.open = False
+        encode = self._encode
         for listeners, listener in (
-            (self._feed.output_listeners, self.push.frame),
-            (self._feed.audio_listeners, self.push.audio),
-            (self._feed.keyframe_listeners, self.push.keyframe),
+            (self._feed.output_listeners, encode.frame),
+            (self._feed.audio_listeners, encode.audio),
+            (self._feed.keyframe_listeners, encode.keyframe),
         ):
-            if listener in listeners:
+            with contextlib.suppress(ValueError):
                 listeners.remove(listener)  # type: ignore[arg-type]
-        self.push.close()
+        encode.detach(self)
+        with self._lock:
+            self._closed = True
+            self._mux.close()

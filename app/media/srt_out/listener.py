@@ -160,13 +160,6 @@ class SrtListener:
             channel = self._channels.get(name)
         return channel.fanout.count() if channel is not None else 0
 
-    def encode_stats(self, name: str) -> dict[str, object] | None:
-        """The channel's encode (a push's figures), None while it has no callers."""
-        with self._lock:
-            channel = self._channels.get(name)
-            encode = channel.encode if channel is not None else None
-        return encode.push.stats() if encode is not None else None
-
     # ------------------------------------------------------------------------------ libsrt's threads
 
     def _on_connect(self, _opaque: int | None, sock: int, version: int, peer: int | None, raw: bytes | None) -> int:
@@ -228,7 +221,7 @@ class SrtListener:
             channel.fanout.add(sock, address)
             channel.idle_since = None
             if channel.encode is None:
-                channel.encode = ChannelEncode(channel.name, channel.feed, channel.fanout, self._policy, self.port)
+                channel.encode = ChannelEncode(channel.name, channel.feed, channel.fanout, self._policy)
                 channel.encode.start()
             channel.encode.keyframe()  # the new caller's picture starts at once
         log.info("SRT caller %s reads channel %s", address, channel.name)

@@ -1,14 +1,23 @@
-"""`swapcast bench-quality`: identity transfer and expression kept, per engine, on pairs of sample photos."""
+"""`swapcast bench-quality`: swap quality per engine, each figure judged against its target.
+
+Sections: likeness (identity moved, expression kept, on pairs of sample photos), occlusion (a real hand crossing
+a face: hand kept, face still swapped, cost) and flicker (a still head's flicker, jitter, lag on fast motion);
+the targets are in app.bench.targets."""
 
 import argparse
 import json
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-from app.commands.arguments import comma_list
+from app.commands.arguments import comma_list, int_between
 from app.errors import UserError
 
+if TYPE_CHECKING:
+    from engines.store import ModelStore
+
 KNOWN = ("passthrough", "classic", "mesh", "inswapper")
+SECTIONS = ("likeness", "occlusion", "flicker")
 
 
 def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
@@ -23,6 +32,19 @@ def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None
     p.add_argument("--out", type=Path, default=Path("bench-quality"), help="folder for quality.json and grid.png")
     p.add_argument("--grid-rows", type=int, default=12, help="pairs shown in the PNG grid")
     p.add_argument("--threads", type=int, default=None, help="inference threads (default: all cores)")
+    p.add_argument(
+        "--sections",
+        type=comma_list,
+        default=None,
+        help=f"comma list of {', '.join(SECTIONS)} (default all; occlusion and flicker skip passthrough)",
+    )
+    p.add_argument("--frames", type=int_between(8, 400), default=40, help="frames of the occlusion's hand clip")
+    p.add_argument(
+        "--hand-model",
+        choices=("hand_landmark", "hand_landmark_lite"),
+        default="hand_landmark",
+        help="the occlusion section's hand model",
+    )
     p.set_defaults(func=run)
 
 
@@ -40,6 +62,15 @@ def _engines(requested: tuple[str, ...] | None) -> tuple[str, ...]:
     return requested
 
 
+def _sections(requested: tuple[str, ...] | None) -> tuple[str, ...]:
+    if requested is None:
+        return SECTIONS
+    unknown = [name for name in requested if name not in SECTIONS]
+    if unknown or not requested:
+        raise UserError(f"unknown section {unknown[0] if unknown else ''!r}; choose from {', '.join(SECTIONS)}")
+    return requested
+
+
 def run(args: argparse.Namespace) -> int:
     if args.pairs is not None and args.pairs < 1:
         raise UserError("--pairs must be at least 1")
@@ -47,37 +78,89 @@ def run(args: argparse.Namespace) -> int:
         raise UserError("--grid-rows must not be negative")
     if args.threads is not None and args.threads < 1:
         raise UserError("--threads must be at least 1")
+    sections = _sections(args.sections)
     names = _engines(args.engines)
 
+    from app.bench import targets
+    from app.model_store import open_model_store
+    from engines.atomic import write_bytes_atomic
+
+    store = open_model_store()
+    args.out.mkdir(parents=True, exist_ok=True)
+    report: dict[str, Any] = {"sections": list(sections)}
+    rows: list[dict[str, Any]] = []
+    grid = args.out / "grid.png" if "likeness" in sections and args.grid_rows else None
+    if "likeness" in sections:
+        report.update(_likeness(names, store, args.pairs, grid, args.grid_rows, args.threads))
+        for score in report["engines"]:
+            rows += targets.rows("likeness", score["engine"], score)
+    moving = [name for name in names if name != "passthrough"]  # passthrough paints nothing to judge
+    if {"occlusion", "flicker"} & set(sections):
+        from app.bench.stability import flicker_figures, measure, occlusion_figures
+
+        report["occlusion"], report["flicker"] = {}, []
+        for name in moving:
+            got = measure(
+                name,
+                store,
+                frames=args.frames,
+                hand_model=args.hand_model,
+                occlusion="occlusion" in sections,
+                flicker="flicker" in sections,
+                threads=args.threads,
+            )
+            if got["occlusion"] is not None:
+                report["occlusion"][name] = got["occlusion"]
+                rows += targets.rows("occlusion", name, occlusion_figures(got["occlusion"]))
+            if got["flicker"]:
+                report["flicker"] += got["flicker"]
+                rows += targets.rows("flicker", name, flicker_figures(got["flicker"]))
+    report["rows"] = rows
+    text = json.dumps(report, indent=2)
+    write_bytes_atomic(args.out / "quality.json", (text + "\n").encode("utf-8"))
+    if "likeness" in sections:
+        _print_table(report)
+        print()
+    print_rows(rows)
+    print(f"wrote {args.out / 'quality.json'}" + (f" and {grid}" if grid else ""), file=sys.stderr)
+    return 0
+
+
+def _likeness(
+    names: tuple[str, ...],
+    store: "ModelStore",
+    pairs: int | None,
+    grid: Path | None,
+    grid_rows: int,
+    threads: int | None,
+) -> dict[str, Any]:
     from app.bench.face_measure import DlibMeasurer
     from app.bench.quality_bench import QualityBench, make_pairs, portraits
-    from app.model_store import open_model_store
     from app.pipeline.factory import build_pipeline
     from app.settings import PipelineSettings
 
     measurer = DlibMeasurer()  # fails early, with the install hint, where dlib is missing
-    store = open_model_store()
-    extra = {"threads": args.threads} if args.threads else {}
+    extra: dict[str, Any] = {"threads": threads} if threads else {}
     pipelines = {name: build_pipeline(PipelineSettings(engine=name, faces="largest", **extra), store) for name in names}
     people = portraits(next(iter(pipelines.values())).detector)
     if len(people) < 2:
         raise UserError(f"bench-quality needs face photos of two people at least; found {len(people)}")
-    pairs = make_pairs(people, args.pairs)
-    args.out.mkdir(parents=True, exist_ok=True)
-    grid = args.out / "grid.png"
-    report = QualityBench(pipelines, measurer).run(
-        pairs, grid_path=grid if args.grid_rows else None, grid_rows=args.grid_rows
-    )
-    text = json.dumps(report.as_dict(), indent=2)
-    from engines.atomic import write_bytes_atomic
-
-    write_bytes_atomic(args.out / "quality.json", (text + "\n").encode("utf-8"))
-    _print_table(report.as_dict())
-    print(f"wrote {args.out / 'quality.json'}" + (f" and {grid}" if args.grid_rows else ""), file=sys.stderr)
-    return 0
+    report = QualityBench(pipelines, measurer).run(make_pairs(people, pairs), grid_path=grid, grid_rows=grid_rows)
+    return report.as_dict()
 
 
-def _print_table(report: dict[str, object]) -> None:
+def print_rows(rows: list[dict[str, Any]]) -> None:
+    """The judged rows as a table: section, engine, row, value, target, met."""
+    table = [["section", "engine", "row", "value", "target", "met"]]
+    for row in rows:
+        met = "-" if row["met"] is None else ("met" if row["met"] else "NOT MET")
+        table.append([row["section"], row["engine"], row["row"], f"{row['value']:g}", row["target"] or "-", met])
+    widths = [max(len(r[i]) for r in table) for i in range(len(table[0]))]
+    for r in table:
+        print("  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)).rstrip())
+
+
+def _print_table(report: dict[str, Any]) -> None:
     columns = (
         ("engine", "engine"),
         ("pairs", "pairs"),
@@ -89,7 +172,7 @@ def _print_table(report: dict[str, object]) -> None:
         ("mouth error", "mouth_opening_error"),
         ("ms/image", "ms_per_image"),
     )
-    rows = [[str(row[key]) for _, key in columns] for row in report["engines"]]  # type: ignore[attr-defined]
+    rows = [[str(row[key]) for _, key in columns] for row in report["engines"]]
     widths = [max(len(title), *(len(r[i]) for r in rows)) for i, (title, _) in enumerate(columns)]
     print("  ".join(title.ljust(w) for (title, _), w in zip(columns, widths, strict=True)))
     for r in rows:

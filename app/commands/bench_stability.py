@@ -1,10 +1,10 @@
 """`swapcast bench-stability`: hands kept in front of the face (occlusion) and the swapped face's steadiness
-(flicker, landmark jitter, lag), per engine, on clips made from packaged photos."""
+(flicker, landmark jitter, lag), per engine, on clips made from packaged photos, with every figure the benches
+give. `swapcast bench-quality` judges the same measurements against their targets (app.bench.stability)."""
 
 import argparse
 import json
 import sys
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -39,45 +39,24 @@ def run(args: argparse.Namespace) -> int:
     if unknown:
         raise UserError(f"unknown engine {unknown[0]!r}; choose from {', '.join(KNOWN)}")
 
-    import time
-
-    from app.bench import flicker_bench, occlusion_bench
-    from app.media.clips import load_sample
+    from app.bench.stability import measure
     from app.model_store import open_model_store
-    from app.pipeline.factory import build_pipeline
-    from app.settings import PipelineSettings
     from engines.atomic import write_bytes_atomic
 
     store = open_model_store()
-    extra: dict[str, Any] = {"threads": args.threads} if args.threads else {}
     report: dict[str, Any] = {"occlusion": {}, "flicker": []}
     for name in engines:
-        off = build_pipeline(PipelineSettings(engine=name, faces="largest", occlusion="off", **extra), store)
-        hands = {"occlusion": "hands", "hand_model": args.hand_model}
-        on = build_pipeline(PipelineSettings(engine=name, faces="largest", **hands, **extra), store)
-        try:
-            source = off.prepare_source(load_sample("t1"))
-            report["occlusion"][name] = {
-                "hand_model": args.hand_model,
-                **occlusion_bench.run(off, on, source, args.frames),
-            }
-            if args.no_flicker:
-                continue
-            (faces,) = off.detector.process([load_sample("astronaut")])
-            truth = faces[0].landmarks
-            # Only tracked dense landmarks (mesh) are One-Euro smoothed; the others' five points are the tracker's
-            # Kalman-filtered ones either way.
-            variants = [("one-euro" if name == "mesh" else "kalman", off.config)]
-            if name == "mesh":
-                variants.append(("raw", replace(off.config, smoothing=None)))
-            for label, config in variants:
-                off.config = config
-                for spec in flicker_bench.CLIPS:
-                    row, _ = flicker_bench.run_clip(name, off, source, spec, truth, time.perf_counter)
-                    report["flicker"].append({**flicker_bench.rows_as_dicts([row])[0], "landmarks": label})
-        finally:
-            off.close()
-            on.close()
+        got = measure(
+            name,
+            store,
+            frames=args.frames,
+            hand_model=args.hand_model,
+            flicker=not args.no_flicker,
+            raw_landmarks=True,
+            threads=args.threads,
+        )
+        report["occlusion"][name] = got["occlusion"]
+        report["flicker"].extend(got["flicker"])
     text = json.dumps(report, indent=2)
     write_bytes_atomic(args.out, (text + "\n").encode("utf-8"))
     print(text)

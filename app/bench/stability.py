@@ -1,0 +1,84 @@
+"""Occlusion and flicker measured per engine, for `swapcast bench-quality` and `swapcast bench-stability`.
+
+The engine's pipeline is built twice (occlusion off and on) over the same model store; the source face is
+t1's, the clips are the astronaut's (app.bench.occlusion_bench, app.bench.flicker_bench).
+"""
+
+import time
+from dataclasses import replace
+from typing import Any
+
+from app.bench import flicker_bench, occlusion_bench
+from app.media.clips import load_sample
+from app.pipeline.factory import build_pipeline
+from app.settings import PipelineSettings
+from engines.store import ModelStore
+
+
+def measure(
+    engine: str,
+    store: ModelStore,
+    *,
+    frames: int = 40,
+    hand_model: str = "hand_landmark",
+    occlusion: bool = True,
+    flicker: bool = True,
+    raw_landmarks: bool = False,
+    threads: int | None = None,
+) -> dict[str, Any]:
+    """{"occlusion": figures or None, "flicker": rows}; `raw_landmarks` adds the mesh engine's clips without
+    its One-Euro smoothing (what the smoothing buys)."""
+    extra: dict[str, Any] = {"threads": threads} if threads else {}
+    off = build_pipeline(PipelineSettings(engine=engine, faces="largest", occlusion="off", **extra), store)
+    hands: dict[str, Any] = {"occlusion": "hands", "hand_model": hand_model}
+    on = (
+        build_pipeline(PipelineSettings(engine=engine, faces="largest", **hands, **extra), store) if occlusion else None
+    )
+    result: dict[str, Any] = {"occlusion": None, "flicker": []}
+    try:
+        source = off.prepare_source(load_sample("t1"))
+        if on is not None:
+            result["occlusion"] = {"hand_model": hand_model, **occlusion_bench.run(off, on, source, frames)}
+        if not flicker:
+            return result
+        (faces,) = off.detector.process([load_sample("astronaut")])
+        truth = faces[0].landmarks
+        # Only tracked dense landmarks (mesh) are One-Euro smoothed; the others' five points are the tracker's
+        # Kalman-filtered ones either way.
+        variants = [("one-euro" if engine == "mesh" else "kalman", off.config)]
+        if engine == "mesh" and raw_landmarks:
+            variants.append(("raw", replace(off.config, smoothing=None)))
+        for label, config in variants:
+            off.config = config
+            for spec in flicker_bench.CLIPS:
+                row, _ = flicker_bench.run_clip(engine, off, source, spec, truth, time.perf_counter)
+                result["flicker"].append({**flicker_bench.rows_as_dicts([row])[0], "landmarks": label})
+    finally:
+        off.close()
+        if on is not None:
+            on.close()
+    return result
+
+
+def occlusion_figures(report: dict[str, Any]) -> dict[str, float]:
+    """The figures the occlusion rows judge: shares, and the stage's mean time per face (amortised over the
+    look schedule: every frame while a hand is over the face, every few frames or on a change otherwise)."""
+    return {
+        "hand_kept": report["hand_kept"],
+        "hand_kept_min": report["hand_kept_min"],
+        "iou": report["iou"],
+        "face_swapped": report["face_swapped"],
+        "ms_per_face": report["occlusion_ms_per_face"].get("mean", float("nan")),
+        "ms_per_face_no_hand": report["occlusion_ms_per_face_no_hand"].get("mean", float("nan")),
+    }
+
+
+def flicker_figures(rows: list[dict[str, Any]]) -> dict[str, float]:
+    """The figures the flicker rows judge, from the engine's own landmarks' clips (smoothed as shipped)."""
+    by_clip = {row["clip"]: row for row in rows if row["landmarks"] != "raw"}
+    return {
+        "still_flicker_ratio": by_clip["still"]["flicker_ratio"],
+        "still_jitter_px": by_clip["still"]["jitter_px"],
+        "slow_jitter_px": by_clip["slow"]["jitter_px"],
+        "fast_lag_frames": by_clip["fast"]["lag_frames"],
+    }

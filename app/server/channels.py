@@ -25,8 +25,8 @@ from app.live.frame import OutputFrame
 from app.media.push import Push
 from app.observability import ChannelFigures, Metrics
 from app.pipeline.types import Image
-from app.server.not_found import NotFound
 from app.server.pushes import PushManager
+from app.server.resource_errors import Conflict, NotFound, Unavailable
 from app.server.rtsp import FramePublisher, RtspOutput
 from app.server.srt import SrtOutput
 
@@ -48,12 +48,12 @@ class ChannelNotFound(NotFound):
     what = "channel"
 
 
-class ChannelsUnavailable(Exception):
+class ChannelsUnavailable(Unavailable):
     """Channels cannot be used on this server (their store could not be opened); the message says why."""
 
 
-class TooManyChannels(Exception):
-    """The principal holds its most channels (409)."""
+class TooManyChannels(Conflict):
+    """The principal holds its most channels."""
 
 
 @dataclass(frozen=True)

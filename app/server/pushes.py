@@ -18,7 +18,7 @@ from app.media.push import Push
 from app.media.push_destination import Destination
 from app.media.push_encode import PushEncode
 from app.media.push_sinks import srt_unavailable_reason
-from app.server.not_found import NotFound
+from app.server.resource_errors import Conflict, NotFound, Unavailable
 
 if TYPE_CHECKING:
     from app.server.channels import Channel
@@ -30,12 +30,12 @@ class PushNotFound(NotFound):
     what = "push"
 
 
-class TooManyPushes(Exception):
-    """The channel has its most pushes (409)."""
+class TooManyPushes(Conflict):
+    """The channel has its most pushes."""
 
 
-class PushUnavailable(Exception):
-    """This server cannot push to that kind of destination (503: what to install is in the message)."""
+class PushUnavailable(Unavailable):
+    """This server cannot push to that kind of destination (what to install is in the message)."""
 
 
 @dataclass(frozen=True)

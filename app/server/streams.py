@@ -29,8 +29,8 @@ from app.pipeline.types import Image
 from app.runtime.batcher import BatcherError
 from app.server.admission import Admission
 from app.server.ingest_policy import CheckedSource, HostUnresolved, SourceRefused, coarse_error, redact_credentials
-from app.server.not_found import NotFound
 from app.server.output_guards import OutputGuards
+from app.server.resource_errors import Conflict, NotFound, Unavailable
 from app.server.rtsp import FramePublisher, RtspOutput
 
 log = logging.getLogger(__name__)
@@ -44,12 +44,12 @@ class StreamNotFound(NotFound):
     what = "stream"
 
 
-class StreamsUnavailable(Exception):
+class StreamsUnavailable(Unavailable):
     """RTSP ingest or output cannot run here; the message says why."""
 
 
-class StreamNotFailed(Exception):
-    """Only a failed stream can be restarted (409)."""
+class StreamNotFailed(Conflict):
+    """Only a failed stream can be restarted."""
 
 
 @dataclass(frozen=True)

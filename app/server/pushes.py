@@ -30,14 +30,6 @@ class PushNotFound(NotFound):
     what = "push"
 
 
-class TooManyPushes(Conflict):
-    """The channel has its most pushes."""
-
-
-class PushUnavailable(Unavailable):
-    """This server cannot push to that kind of destination (what to install is in the message)."""
-
-
 @dataclass(frozen=True)
 class PushOptions:
     enabled: bool  # run the pushes in this process
@@ -75,10 +67,10 @@ class PushManager:
         if destination.kind == "srt":
             reason = srt_unavailable_reason()
             if reason is not None:
-                raise PushUnavailable(reason)
+                raise Unavailable(reason)  # SRT cannot run here; the reason says what to install
         with self._lock:
             if len(self.store.records(channel.id)) >= self._options.max_per_channel:
-                raise TooManyPushes(f"the channel has {self._options.max_per_channel} pushes, the most it may have")
+                raise Conflict(f"the channel has {self._options.max_per_channel} pushes, the most it may have")
             record = self.store.add(channel.id, owner, destination)
         self._start(channel, record)
         log.info("channel %s: push %s to %s added", channel.id, record.id, destination.shown)

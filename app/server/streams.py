@@ -44,14 +44,6 @@ class StreamNotFound(NotFound):
     what = "stream"
 
 
-class StreamsUnavailable(Unavailable):
-    """RTSP ingest or output cannot run here; the message says why."""
-
-
-class StreamNotFailed(Conflict):
-    """Only a failed stream can be restarted."""
-
-
 @dataclass(frozen=True)
 class GiveUp:
     """When a live source that delivers nothing is given up on (the stream becomes `failed`, freeing its slot)."""
@@ -270,10 +262,10 @@ class StreamManager:
         return stream
 
     def check_available(self) -> None:
-        """`StreamsUnavailable` with the reason when streams cannot run here."""
+        """`Unavailable` with the reason when streams cannot run here."""
         reason = self.unavailable_reason
         if reason is not None:
-            raise StreamsUnavailable(reason)
+            raise Unavailable(reason)
 
     async def open(self, origin: StreamOrigin, request: LiveRequest) -> Stream:
         """Start pulling, swapping and publishing; the output carries a mark issued to this stream and `owner`.
@@ -295,7 +287,7 @@ class StreamManager:
         """Start a failed stream again (at `connect_url` when its address was checked again)."""
         stream = self.get(stream_id)
         if stream_id not in self._failed:
-            raise StreamNotFailed(f"stream {stream_id} is {stream.stats()['state']}; only a failed stream restarts")
+            raise Conflict(f"stream {stream_id} is {stream.stats()['state']}; only a failed stream restarts")
         self.check_available()
         with self._admission.reserve(stream.owner):
             if connect_url is not None:
@@ -343,7 +335,7 @@ class StreamManager:
         except BaseException as exc:
             await asyncio.shield(loop.run_in_executor(None, _stop_stream, stream))
             if isinstance(exc, Exception):
-                raise StreamsUnavailable(f"cannot start the stream: {coarse_error(str(exc))}") from None
+                raise Unavailable(f"cannot start the stream: {coarse_error(str(exc))}") from None
             raise
 
     def _checks_after_the_first(self, stream: Stream, checked_now: bool) -> Callable[[], str]:

@@ -10,7 +10,7 @@ from typing import NoReturn, cast
 from pydantic import ValidationError
 
 from app.commands import COMMANDS
-from app.errors import ModelError, UserError
+from app.errors import ModelError, UserError, invalid_setting
 
 
 class _OneLineParser(argparse.ArgumentParser):
@@ -55,9 +55,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"swapcast: error: {exc}", file=sys.stderr)
         return 2
     except ValidationError as exc:  # a SWAPCAST_ variable the settings refuse
-        first = exc.errors()[0]
-        where = ".".join(str(part) for part in first["loc"])
-        print(f"swapcast: error: invalid setting {where}: {first['msg']}", file=sys.stderr)
+        print(f"swapcast: error: {invalid_setting(exc)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("swapcast: interrupted", file=sys.stderr)

@@ -17,7 +17,7 @@ import random
 import time
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any, cast
 
 Address = tuple[str, int]
@@ -92,13 +92,7 @@ class DirectionCounters:
     dropped: Counter[str] = field(default_factory=Counter)
 
     def as_dict(self) -> dict[str, Any]:
-        return {
-            "datagrams_in": self.datagrams_in,
-            "bytes_in": self.bytes_in,
-            "delivered": self.delivered,
-            "bytes_delivered": self.bytes_delivered,
-            "dropped": dict(self.dropped),
-        }
+        return {**asdict(self), "dropped": dict(self.dropped)}
 
 
 class Direction:

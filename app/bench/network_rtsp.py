@@ -33,13 +33,12 @@ from app.bench.network_bench import (
 from app.bench.network_paths import path_summary
 from app.bench.rtc_client import Received, RoundTrip
 from app.bench.rtsp_impair import RtspImpairProxy
-from app.bench.rtsp_ingest_cell import FIRST_FRAME_S, OutputReader, StampedSource
+from app.bench.rtsp_ingest_cell import FIRST_FRAME_S, OutputReader, StampedSource, output_url
 from app.bench.server_bench import BenchServer, print_progress
 from app.media.rtsp_in import RtspTransport
 from app.pipeline.types import Image
 
 TRANSPORTS: dict[str, RtspTransport] = {"rtsp-udp": "udp", "rtsp-tcp": "tcp"}
-OUTPUT_WAIT_S = 30.0
 
 
 class StreamClient:
@@ -85,18 +84,6 @@ async def _watch_stream(http: httpx.AsyncClient, location: str, run: Run) -> Non
         await asyncio.sleep(0.5)
 
 
-async def _output_url(http: httpx.AsyncClient, location: str) -> str:
-    deadline = time.monotonic() + OUTPUT_WAIT_S
-    while time.monotonic() < deadline:
-        stats = (await http.get(location)).json()
-        if stats.get("state") == "failed":
-            raise ValueError(f"the stream failed: {stats.get('reason')}")
-        if stats.get("rtsp_url") and stats.get("state") == "running":
-            return str(stats["rtsp_url"])
-        await asyncio.sleep(0.1)
-    raise ValueError(f"the stream published no rtsp_url within {OUTPUT_WAIT_S:.0f} s")
-
-
 async def _wait_pushed_after(reader: OutputReader, moment: float, within_s: float) -> bool:
     deadline = time.monotonic() + within_s
     while not reader.got_pushed_after(moment):
@@ -125,7 +112,7 @@ async def run_rtsp_profile(
                 run.failed = f"POST /v1/streams answered {created.status_code}: {created.text[:200]}"
                 return StreamClient(None, source), run
             location = f"/v1/streams/{created.json()['id']}"
-            reader = OutputReader(await _output_url(http, location), source.sent_at)
+            reader = OutputReader(await output_url(http, location), source.sent_at)
             if not await asyncio.to_thread(reader.first.wait, FIRST_FRAME_S) or not reader.received:
                 run.failed = reader.error or f"no frame came back within {FIRST_FRAME_S:.0f} s"
                 return StreamClient(reader, source), run

@@ -98,12 +98,7 @@ def _fps_ratio(streams: Streams) -> float:
 def cpu_times(call: Callable[[], object], runs: int) -> list[float]:
     """CPU seconds the calling thread spent in each of `runs` calls: on a machine busy with other work, the
     work itself rather than the wait for a core (the hand model runs on the calling thread with one thread)."""
-    times = []
-    for _ in range(runs):
-        start = time.thread_time()
-        call()
-        times.append(time.thread_time() - start)
-    return times
+    return call_times(call, runs, clock=time.thread_time)
 
 
 def look_costs(finder: HandFinder, scene: HandScene, face: Face, runs: int = 30) -> dict[str, Any]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 
@@ -140,6 +140,16 @@ class RoundTrip:
         return [r.frame_id for r in self.received]
 
 
+async def video_frames(track: MediaStreamTrack) -> AsyncIterator[tuple[float, av.VideoFrame]]:
+    """The track's video frames with their arrival time (monotonic clock), until the track ends."""
+    with contextlib.suppress(MediaStreamError):
+        while True:
+            frame = await track.recv()
+            at = time.monotonic()
+            if isinstance(frame, av.VideoFrame):
+                yield at, frame
+
+
 class RtcClient:
     """One WebRTC connection to a server that answers WHIP-style (`POST` offer → `201` answer + Location)."""
 
@@ -207,19 +217,14 @@ class RtcClient:
         return sdp
 
     async def _read(self, track: MediaStreamTrack) -> None:
-        with contextlib.suppress(MediaStreamError):
-            while True:
-                frame = await track.recv()
-                at = time.monotonic()
-                if not isinstance(frame, av.VideoFrame):
-                    continue
-                image = np.asarray(frame.to_ndarray(format="bgr24"), np.uint8) if self.keep_images else None
-                frame_id = read_stamp(image if image is not None else luma(frame))
-                if frame_id is None:
-                    self.result.unreadable += 1
-                    continue
-                self.result.received.append(Received(frame_id, at, image))
-                self.new_frame.set()
+        async for at, frame in video_frames(track):
+            image = np.asarray(frame.to_ndarray(format="bgr24"), np.uint8) if self.keep_images else None
+            frame_id = read_stamp(image if image is not None else luma(frame))
+            if frame_id is None:
+                self.result.unreadable += 1
+                continue
+            self.result.received.append(Received(frame_id, at, image))
+            self.new_frame.set()
 
     async def wait_frames(self, count: int, within_s: float) -> bool:
         """Wait until `count` stamped frames came back; False if they did not within `within_s` seconds."""

@@ -12,6 +12,7 @@ counted).
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import threading
 import time
@@ -262,17 +263,36 @@ def _read_stream_stats(stats: dict[str, Any], cell: RtspCell) -> None:
     cell.detections = stats.get("detections") or None
 
 
+def running_output(stats: dict[str, Any]) -> str | None:
+    """The stream's `rtsp_url` once it is running (its path then exists), else None; `ValueError` once it failed."""
+    if stats.get("state") == "failed":
+        raise ValueError(f"the stream failed: {stats.get('reason')}")
+    if stats.get("rtsp_url") and stats.get("state") == "running":
+        return str(stats["rtsp_url"])
+    return None
+
+
 def _wait_for_output(http: httpx.Client, location: str, within_s: float = 30.0) -> str | None:
-    """The stream's `rtsp_url` once it is running (its path then exists), or None."""
+    """The stream's `rtsp_url` once it is running, or None."""
     deadline = time.monotonic() + within_s
     while time.monotonic() < deadline:
-        stats = http.get(location).json()
-        if stats.get("state") == "failed":
-            raise ValueError(f"the stream failed: {stats.get('reason')}")
-        if stats.get("rtsp_url") and stats.get("state") == "running":
-            return str(stats["rtsp_url"])
+        url = running_output(http.get(location).json())
+        if url:
+            return url
         time.sleep(0.1)
     return None
+
+
+async def output_url(http: httpx.AsyncClient, location: str, within_s: float = 30.0) -> str:
+    """The stream's `rtsp_url` once it is running, polled without blocking; `ValueError` when it failed or did not
+    run within `within_s`."""
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        url = running_output((await http.get(location)).json())
+        if url:
+            return url
+        await asyncio.sleep(0.1)
+    raise ValueError(f"the stream published no rtsp_url within {within_s:.0f} s")
 
 
 def compare_to_sessions(sessions: list[dict[str, Any]], streams: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -45,6 +45,7 @@ from fastapi import FastAPI, Request, Response
 from app.bench.rtc_client import RtcClient
 from app.bench.rtsp_ingest_cell import CellCounts, RtspCell, compare_to_sessions, latency_summary, run_rtsp_cell
 from app.pipeline.types import Image
+from app.processes import wait_or_kill
 
 ECHO = "echo"
 LATE_FRAMES_S = 10.0
@@ -256,11 +257,7 @@ class ServerProcess:
     def stop(self) -> None:
         if self.process.poll() is None:
             self.process.terminate()
-            try:
-                self.process.wait(15)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(5)
+            wait_or_kill(self.process, 15)
 
 
 class ThreadServer:

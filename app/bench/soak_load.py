@@ -12,20 +12,19 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from typing import Any
 
-import av
 import httpx
 from aiortc import RTCConfiguration, RTCPeerConnection, RTCSessionDescription
-from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
+from aiortc.mediastreams import MediaStreamTrack
 
-from app.bench.rtc_client import RtcClient, luma, read_stamp
-from app.bench.rtsp_ingest_cell import OutputReader, StampedSource
+from app.bench.rtc_client import RtcClient, luma, read_stamp, video_frames
+from app.bench.rtsp_ingest_cell import OutputReader, StampedSource, output_url
 from app.pipeline.types import Image
 
 FORM_HEADERS = {"X-Swapcast": "1"}  # a form POST without it is refused as possibly cross-site
-OUTPUT_WAIT_S = 30.0
 
 
 @dataclass
@@ -88,15 +87,10 @@ class WhepViewer:
         self._reader = asyncio.ensure_future(self._read(await remote))
 
     async def _read(self, track: MediaStreamTrack) -> None:
-        with contextlib.suppress(MediaStreamError):
-            while True:
-                frame = await track.recv()
-                at = time.monotonic()
-                if not isinstance(frame, av.VideoFrame):
-                    continue
-                value = read_stamp(luma(frame))
-                sent = self.sent_at.get(value) if (self.sent_at is not None and value is not None) else None
-                self.arrivals.append((at, (at - sent) * 1000.0 if sent is not None else None))
+        async for at, frame in video_frames(track):
+            value = read_stamp(luma(frame))
+            sent = self.sent_at.get(value) if (self.sent_at is not None and value is not None) else None
+            self.arrivals.append((at, (at - sent) * 1000.0 if sent is not None else None))
 
     async def close(self, http: httpx.AsyncClient) -> None:
         if self.location:
@@ -148,16 +142,14 @@ async def upload(http: httpx.AsyncClient, photo: bytes) -> str:
     return str(response.json()["id"])
 
 
-async def _output_url(http: httpx.AsyncClient, location: str) -> str:
-    deadline = time.monotonic() + OUTPUT_WAIT_S
-    while time.monotonic() < deadline:
-        stats = (await http.get(location)).json()
-        if stats.get("state") == "failed":
-            raise RuntimeError(f"the stream failed: {stats.get('reason')}")
-        if stats.get("rtsp_url") and stats.get("state") == "running":
-            return str(stats["rtsp_url"])
-        await asyncio.sleep(0.2)
-    raise RuntimeError(f"the stream published no rtsp_url within {OUTPUT_WAIT_S:.0f} s")
+async def _connect(record: Record, cycle: Cycle, kind: str, connecting: Awaitable[object]) -> None:
+    """A client of `kind` joins the cycle once `connecting` is done; what went wrong is recorded, not raised."""
+    try:
+        await connecting
+        cycle.joined(kind)
+        record.count(f"{kind}_join")
+    except (httpx.HTTPError, OSError, ValueError) as exc:
+        record.error(kind, exc)
 
 
 async def _join(run: Run, cycle: Cycle, http: httpx.AsyncClient, sessions: int) -> None:
@@ -166,18 +158,13 @@ async def _join(run: Run, cycle: Cycle, http: httpx.AsyncClient, sessions: int) 
         client = RtcClient(run.frames, fps=run.fps, codec="H264")
         cycle.sessions.append(client)
         path = f"/v1/sessions?identity={run.identities[0]}" + (f"&channel={run.channel}" if i == 0 else "")
-        try:
-            await client.connect(http, path)
-            cycle.joined("session")
-            record.count("session_join")
-        except (httpx.HTTPError, OSError, ValueError) as exc:
-            record.error("session", exc)
+        await _connect(record, cycle, "session", client.connect(http, path))
     try:
         created = await http.post("/v1/streams", json={"source_url": run.source.url, "identity": run.identities[0]})
         created.raise_for_status()
         cycle.stream = f"/v1/streams/{created.json()['id']}"
         record.count("stream_join")
-        url = await _output_url(http, cycle.stream)
+        url = await output_url(http, cycle.stream)
         cycle.readers.append(("rtsp_stream", OutputReader(url, run.source.sent_at)))
         cycle.joined("rtsp_stream")
     except (httpx.HTTPError, OSError, ValueError, RuntimeError) as exc:
@@ -188,12 +175,7 @@ async def _join(run: Run, cycle: Cycle, http: httpx.AsyncClient, sessions: int) 
     for url, client in watched:
         viewer = WhepViewer(client.result.sent_at)
         cycle.viewers.append(("whep", viewer))
-        try:
-            await viewer.connect(http, url)
-            cycle.joined("whep")
-            record.count("whep_join")
-        except (httpx.HTTPError, OSError, ValueError) as exc:
-            record.error("whep", exc)
+        await _connect(record, cycle, "whep", viewer.connect(http, url))
     try:
         channel = (await http.get(f"/v1/channels/{run.channel}")).json()
         if channel.get("rtsp_url") and cycle.sessions:

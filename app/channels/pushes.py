@@ -12,7 +12,7 @@ import secrets
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -38,13 +38,7 @@ class PushRecord:
         return {"id": self.id, "channel": self.channel, "created": self.created, **self.destination.describe()}
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "channel": self.channel,
-            "owner": self.owner,
-            "created": self.created,
-            "destination": self.destination.to_json(),
-        }
+        return {**asdict(self), "destination": self.destination.to_json()}
 
     @classmethod
     def from_json(cls, raw: dict[str, Any]) -> PushRecord:

@@ -1,10 +1,12 @@
 """What the benchmark commands share: checks made in `run` once the bench's own tables are imported (the
-benches import lazily: `swapcast --help` must not load models and codecs), and the JSON report's printing."""
+benches import lazily: `swapcast --help` must not load models and codecs), a run's failure as the user's
+error, and the JSON report's printing."""
 
 import json
 import sys
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from pathlib import Path
+from typing import Any
 
 from app.errors import UserError
 
@@ -25,6 +27,19 @@ def print_report(result: object, output: Path | None) -> int:
         output.write_text(text + "\n")
     sys.stdout.write(text + "\n")
     return 0
+
+
+def run_and_report(
+    run: Callable[[bool], dict[str, Any]], table: Callable[[dict[str, Any]], str], output: Path | None
+) -> int:
+    """`run(progress)` (progress shown on a terminal), its `RuntimeError` as the user's error, its `table` on
+    stderr, then its report as `print_report` prints it."""
+    try:
+        result = run(sys.stderr.isatty())
+    except RuntimeError as exc:
+        raise UserError(str(exc)) from None
+    print(table(result), file=sys.stderr)
+    return print_report(result, output)
 
 
 def text_table(header: Sequence[str], rows: Iterable[Sequence[object]]) -> str:

@@ -2,13 +2,12 @@
 cap, outages) through an impairing UDP relay; fps, freezes, latency and bitrate, each against the clean run."""
 
 import argparse
-import sys
 from pathlib import Path
 from typing import Any
 
 from app.commands.arguments import int_between, names_from, non_negative_float, non_negative_int, one_of, positive_float
-from app.commands.bench_args import check_bench_args, print_report, text_table
-from app.errors import UserError
+from app.commands.bench_args import check_bench_args, run_and_report, text_table
+from app.commands.from_args import picked
 from app.names import SWAP_ENGINES
 
 PATHS = ("session", "whep", "rtsp-udp", "rtsp-tcp")
@@ -66,22 +65,11 @@ def run(args: argparse.Namespace) -> int:
 
     check_bench_args([args.resolution], RESOLUTIONS, args.output)
     config = NetworkBenchConfig(
+        **picked(args, "seconds", "warmup", "resolution", "fps", "seed", "engine", "client_recovery"),
         profiles=tuple(args.profiles),
-        seconds=args.seconds,
-        warmup=args.warmup,
-        resolution=args.resolution,
-        fps=args.fps,
-        seed=args.seed,
-        engine=args.engine,
         paths=tuple(args.paths),
-        client_recovery=args.client_recovery,
     )
-    try:
-        result = run_network_bench(config, progress=sys.stderr.isatty())
-    except RuntimeError as exc:
-        raise UserError(str(exc)) from None
-    print(format_table(result), file=sys.stderr)
-    return print_report(result, args.output)
+    return run_and_report(lambda progress: run_network_bench(config, progress=progress), format_table, args.output)
 
 
 def format_table(result: dict[str, Any]) -> str:

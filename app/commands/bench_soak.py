@@ -3,13 +3,12 @@ RTSP pullers, a channel, identity switches, uploads and deletes); its memory, th
 connections sampled all along, their growth per hour and whether they come back once the clients leave."""
 
 import argparse
-import sys
 from pathlib import Path
 from typing import Any
 
 from app.commands.arguments import int_between, non_negative_float, one_of, positive_float
-from app.commands.bench_args import check_bench_args, print_report, text_table
-from app.errors import UserError
+from app.commands.bench_args import check_bench_args, run_and_report, text_table
+from app.commands.from_args import picked
 from app.names import SWAP_ENGINES
 
 
@@ -49,23 +48,12 @@ def run(args: argparse.Namespace) -> int:
 
     check_bench_args([args.resolution], RESOLUTIONS, args.output)
     config = SoakConfig(
-        minutes=args.minutes,
-        warmup_minutes=args.warmup_minutes,
-        sessions=args.sessions,
+        **picked(args, "minutes", "warmup_minutes", "sessions", "resolution", "fps", "engine", "malloc_arena_max"),
         hold_s=args.hold,
         window_s=args.window,
         sample_s=args.sample,
-        resolution=args.resolution,
-        fps=args.fps,
-        engine=args.engine,
-        malloc_arena_max=args.malloc_arena_max,
     )
-    try:
-        result = run_soak_bench(config, progress=sys.stderr.isatty())
-    except RuntimeError as exc:
-        raise UserError(str(exc)) from None
-    print(format_table(result), file=sys.stderr)
-    return print_report(result, args.output)
+    return run_and_report(lambda progress: run_soak_bench(config, progress=progress), format_table, args.output)
 
 
 def format_table(result: dict[str, Any]) -> str:

@@ -8,7 +8,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from app.commands.arguments import port
-from app.errors import UserError
+from app.errors import UserError, invalid_setting
 
 SYMBOLS = {"ok": "ok     ", "missing": "missing", "warn": "warn   ", "fail": "FAIL   "}
 
@@ -32,9 +32,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         settings = ServerSettings.model_validate({k: v for k, v in overrides.items() if v is not None})
     except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(part) for part in first["loc"])
-        raise UserError(f"invalid setting {where}: {first['msg']} (`swapcast config` lists them)") from None
+        raise UserError(f"{invalid_setting(exc)} (`swapcast config` lists them)") from None
     checks = run_checks(settings, open_model_store(settings.models))
     ok = can_serve(checks)
     if args.json:

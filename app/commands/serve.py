@@ -12,7 +12,7 @@ from pydantic import ValidationError
 
 from app.commands.arguments import port, positive_int
 from app.commands.options import add_engine_argument
-from app.errors import UserError
+from app.errors import UserError, invalid_setting
 
 if TYPE_CHECKING:
     from app.server.settings import ServerSettings
@@ -71,9 +71,7 @@ def build_settings(args: argparse.Namespace) -> "ServerSettings":
         swap_engine = resolve_swap_engine(pipeline, open_model_store(settings.models))
         return settings.model_copy(update={"pipeline": pipeline.model_copy(update={"engine": swap_engine})})
     except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(part) for part in first["loc"])
-        raise UserError(f"invalid setting {where}: {first['msg']}") from None
+        raise UserError(invalid_setting(exc)) from None
 
 
 def listen(host: str, port: int) -> socket.socket:

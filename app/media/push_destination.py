@@ -11,7 +11,7 @@ that quotes the URL).
 from __future__ import annotations
 
 import urllib.parse
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal
 
 Kind = Literal["rtmp", "srt", "whip"]
@@ -72,14 +72,18 @@ class Destination:
             return _rtmp(parts, key)
         return _whip(parts, key)
 
+    def address(self, hide: bool) -> str:
+        """The full address the muxer or element opens (`hide`: every secret as `***`, as the API shows it)."""
+        if self.kind == "rtmp":
+            return f"{self.url.rstrip('/')}/{HIDDEN if hide else self.key}" if self.key else self.url
+        if self.kind == "srt":
+            return _with_query(self.url, self.public_query(hide))
+        return self.redact_values(self.url) if hide else self.url
+
     @property
     def shown(self) -> str:
         """The URL as the API shows it: every secret replaced by `***`."""
-        if self.kind == "rtmp":
-            return f"{self.url.rstrip('/')}/{HIDDEN}" if self.key else self.url
-        if self.kind == "srt":
-            return _with_query(self.url, self.public_query(hide=True))
-        return self.redact_values(self.url)
+        return self.address(hide=True)
 
     def redact_values(self, text: str) -> str:
         """`text` with every secret replaced by `***` (the full address left alone)."""
@@ -102,12 +106,8 @@ class Destination:
 
     @property
     def target(self) -> str:
-        """The full address the muxer or element opens, secrets included (never shown or logged)."""
-        if self.kind == "rtmp":
-            return f"{self.url.rstrip('/')}/{self.key}" if self.key else self.url
-        if self.kind == "srt":
-            return _with_query(self.url, self.public_query(hide=False))
-        return self.url
+        """The full address, secrets included (never shown or logged)."""
+        return self.address(hide=False)
 
     def redact(self, text: str) -> str:
         """`text` with every secret of this destination (and the full address) replaced."""
@@ -121,16 +121,9 @@ class Destination:
         return shown
 
     def to_json(self) -> dict[str, Any]:
-        """The stored form, secrets included (the store keeps it in a private file)."""
-        return {
-            "kind": self.kind,
-            "url": self.url,
-            "key": self.key,
-            "passphrase": self.passphrase,
-            "streamid": self.streamid,
-            "mode": self.mode,
-            "latency_ms": self.latency_ms,
-        }
+        """The stored form, secrets included (the store keeps it in a private file); `secrets` is derived from the
+        rest, so not stored."""
+        return {name: value for name, value in asdict(self).items() if name != "secrets"}
 
     @classmethod
     def from_json(cls, raw: dict[str, Any]) -> Destination:

@@ -31,6 +31,7 @@ from typing import IO, Any, Literal
 from app.media.push_destination import Destination
 from app.media.push_encode import EncodedPacket
 from app.media.push_sinks import IO_TIMEOUT_S, OPEN_TIMEOUT_S, PushSinkError, Sink, open_sink
+from app.processes import wait_or_kill
 
 # video (1) or sound (0), pts in microseconds, keyframe, payload size
 HEADER = struct.Struct("<BqBI")
@@ -135,11 +136,7 @@ class ProcessSink:
     def close(self) -> None:
         with contextlib.suppress(OSError):
             self._stdin.close()
-        try:
-            self._process.wait(5)
-        except subprocess.TimeoutExpired:
-            self._process.kill()
-            self._process.wait(5)
+        wait_or_kill(self._process, 5)
         self._reader.join(5)
 
 

@@ -13,7 +13,7 @@ import numpy as np
 from skimage.transform import SimilarityTransform
 
 from app.pipeline.align import TEMPLATES, transform_points
-from app.pipeline.stage import DEFAULT_SESSION
+from app.pipeline.stage import DEFAULT_SESSION, ModelStage
 from app.pipeline.types import Face, Image
 from app.runtime.model import Model
 
@@ -84,17 +84,14 @@ def decode(
     return boxes[chosen].astype(np.float32), scores[chosen].astype(np.float32), points[chosen].astype(np.float32)
 
 
-class RetinaFaceDetector:
+class RetinaFaceDetector(ModelStage):
     """Stage: frames -> faces per frame, in frame coordinates."""
 
     name = "detect"
 
     def __init__(self, model: Model, config: DetectorConfig | None = None) -> None:
-        self.model = model
+        super().__init__(model)
         self.config = config or DetectorConfig()
-
-    def close(self) -> None:
-        self.model.close()
 
     def _input_size(self, frames: list[Image]) -> tuple[int, int, list[float]]:
         """Common letterbox size (multiple of 32) for the batch and each frame's scale."""

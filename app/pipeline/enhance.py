@@ -5,7 +5,7 @@ from dataclasses import dataclass
 import cv2
 import numpy as np
 
-from app.pipeline.stage import DEFAULT_SESSION
+from app.pipeline.stage import DEFAULT_SESSION, ModelStage
 from app.pipeline.types import Image
 from app.runtime.model import Model
 
@@ -15,18 +15,15 @@ class EnhanceConfig:
     blend: float = 1.0  # 1 = all super-resolved, 0 = plain bicubic upscale
 
 
-class RealEsrganEnhancer:
+class RealEsrganEnhancer(ModelStage):
     """Stage: square crops (same size) -> crops `scale` times larger."""
 
     name = "enhance"
 
     def __init__(self, model: Model, scale: int, config: EnhanceConfig | None = None) -> None:
-        self.model = model
+        super().__init__(model)
         self.scale = scale
         self.config = config or EnhanceConfig()
-
-    def close(self) -> None:
-        self.model.close()
 
     def process(self, batch: list[Image], *, session: str = DEFAULT_SESSION) -> list[Image]:
         if not batch:

@@ -18,7 +18,7 @@ import numpy as np
 import numpy.typing as npt
 
 from app.pipeline.align import TEMPLATES, AlignSpec
-from app.pipeline.stage import DEFAULT_SESSION
+from app.pipeline.stage import DEFAULT_SESSION, ModelStage
 from app.pipeline.types import Image, Points
 from app.runtime.model import Model
 
@@ -115,17 +115,14 @@ class CropLandmarks:
         return out
 
 
-class FaceMeshLandmarker:
+class FaceMeshLandmarker(ModelStage):
     """468 landmarks for each of a batch of crops aligned on `mesh_template` (any square size)."""
 
     name = "landmarks"
 
     def __init__(self, model: Model, min_score: float = 0.5) -> None:
-        self.model = model
+        super().__init__(model)
         self.min_score = min_score
-
-    def close(self) -> None:
-        self.model.close()
 
     def process(self, crops: list[Image], *, session: str = DEFAULT_SESSION) -> list[Mesh | None]:
         """Landmarks in each crop's pixels, or None where the model sees no face."""

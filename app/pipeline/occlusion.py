@@ -18,6 +18,7 @@ import cv2
 import numpy as np
 import numpy.typing as npt
 
+from app.pipeline.stage import ModelStage
 from app.pipeline.types import Face, Image, Matrix
 from app.runtime.model import Model
 
@@ -67,18 +68,15 @@ def _thumbnail(frame: Image, region: Matrix) -> npt.NDArray[np.float32]:
     return grey.astype(np.float32)
 
 
-class HandFinder:
+class HandFinder(ModelStage):
     """Stage: (frame, faces) -> each face's hand landmarks in frame pixels [21,2], or None where no hand is.
     All regions of a call run as one batch."""
 
     name = "hands"
 
     def __init__(self, model: Model, config: OcclusionConfig | None = None) -> None:
-        self.model = model
+        super().__init__(model)
         self.config = config or OcclusionConfig()
-
-    def close(self) -> None:
-        self.model.close()
 
     def find(self, frame: Image, regions: list[Matrix]) -> list[tuple[float, Points]]:
         """Per region: the hand-presence score and the 21 landmarks in frame pixels [21,2]."""

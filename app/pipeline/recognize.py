@@ -3,23 +3,16 @@
 import numpy as np
 
 from app.pipeline.align import AlignSpec, estimate_matrix, warp_crop
-from app.pipeline.stage import DEFAULT_SESSION
+from app.pipeline.stage import DEFAULT_SESSION, ModelStage
 from app.pipeline.types import Face, Image
-from app.runtime.model import Model
 
 ARCFACE_ALIGN = AlignSpec("arcface_112_v2", 112)
 
 
-class ArcFaceRecognizer:
+class ArcFaceRecognizer(ModelStage):
     """Stage: aligned 112×112 crops -> L2-normalised embeddings."""
 
     name = "recognize"
-
-    def __init__(self, model: Model) -> None:
-        self.model = model
-
-    def close(self) -> None:
-        self.model.close()
 
     def crop(self, image: Image, face: Face) -> Image:
         return warp_crop(image, estimate_matrix(face.landmarks, ARCFACE_ALIGN), ARCFACE_ALIGN.size)

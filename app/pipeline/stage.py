@@ -6,6 +6,8 @@ streams through a batcher (`app.pipeline.batching.BatchedStage`) uses it to serv
 
 from typing import Protocol, TypeVar
 
+from app.runtime.model import Model
+
 In = TypeVar("In")
 Out = TypeVar("Out")
 
@@ -23,3 +25,13 @@ class Stage(Protocol[In, Out]):
     def close(self) -> None:
         """Release what the stage holds (models, batchers). Idempotent."""
         ...
+
+
+class ModelStage:
+    """A stage that owns the one model it runs: closing the stage closes the model."""
+
+    def __init__(self, model: Model) -> None:
+        self.model = model
+
+    def close(self) -> None:
+        self.model.close()

@@ -25,8 +25,8 @@ from app.live.frame import OutputFrame
 from app.media.push import Push
 from app.observability import ChannelFigures, Metrics
 from app.pipeline.types import Image
-from app.server.not_found import NotFound
 from app.server.pushes import PushManager
+from app.server.resource_errors import Conflict, NotFound
 from app.server.rtsp import FramePublisher, RtspOutput
 from app.server.srt import SrtOutput
 
@@ -46,14 +46,6 @@ def rtsp_path(name: str) -> str:
 
 class ChannelNotFound(NotFound):
     what = "channel"
-
-
-class ChannelsUnavailable(Exception):
-    """Channels cannot be used on this server (their store could not be opened); the message says why."""
-
-
-class TooManyChannels(Exception):
-    """The principal holds its most channels (409)."""
 
 
 @dataclass(frozen=True)
@@ -246,9 +238,9 @@ class ChannelManager:
 
     def create(self, name: str, owner: str, width: int, height: int, fps: int) -> tuple[Channel, str]:
         """A new channel and its viewer token (blocking: run it off the event loop). `ChannelExists` (409) when
-        the name is taken, `TooManyChannels` (409) at the owner's most."""
+        the name is taken, `Conflict` (409) at the owner's most."""
         if self.store.count_owned(owner) >= self._options.max_per_owner:
-            raise TooManyChannels(f"you have {self._options.max_per_owner} channels, the most one owner may have")
+            raise Conflict(f"you have {self._options.max_per_owner} channels, the most one owner may have")
         try:
             record, token = self.store.create(name, owner, width, height, fps)
         except ChannelExists:

@@ -21,41 +21,29 @@ from app.identity.store import IdentityNotFound, IdentityUnreadable, StoreFull
 from app.media.peer import MediaUnavailable, OfferError
 from app.media.push_destination import DestinationInvalid
 from app.server.admission import AdmissionError
-from app.server.channels import ChannelNotFound, ChannelsUnavailable, TooManyChannels
 from app.server.ingest_policy import SourceRefused
-from app.server.pushes import PushNotFound, PushUnavailable, TooManyPushes
 from app.server.ratelimit import RateLimited
-from app.server.sessions import SessionNotFound
+from app.server.resource_errors import Conflict, NotFound, Unavailable
 from app.server.settings import ServerSettings
 from app.server.state import NotReady
-from app.server.streams import StreamNotFailed, StreamNotFound, StreamsUnavailable
-from app.server.viewers import ViewerNotFound, ViewerTokenNotFound
 
-# Errors answered with a fixed status and the error's message as the detail.
+# Errors answered with a fixed status and the error's message as the detail; a subclass of a kind in
+# `app.server.resource_errors` is answered as its kind.
 STATUS_OF: dict[type[Exception], int] = {
+    NotFound: 404,
+    Conflict: 409,
+    Unavailable: 503,
     IdentityNotFound: 404,
-    SessionNotFound: 404,
-    StreamNotFound: 404,
-    ViewerNotFound: 404,
-    ViewerTokenNotFound: 404,
     IdentityUnreadable: 409,
     StoreFull: 507,
     TooManyViewerTokens: 409,
     ConsentInvalid: 422,
     OfferError: 400,
     MediaUnavailable: 503,
-    StreamsUnavailable: 503,
-    StreamNotFailed: 409,
     SourceRefused: 422,
-    ChannelNotFound: 404,
     ChannelExists: 409,
-    TooManyChannels: 409,
     ChannelNameInvalid: 422,
-    ChannelsUnavailable: 503,
-    PushNotFound: 404,
-    TooManyPushes: 409,
     DestinationInvalid: 422,
-    PushUnavailable: 503,
 }
 
 

@@ -18,7 +18,7 @@ from app.media.push import Push
 from app.media.push_destination import Destination
 from app.media.push_encode import PushEncode
 from app.media.push_sinks import srt_unavailable_reason
-from app.server.not_found import NotFound
+from app.server.resource_errors import Conflict, NotFound, Unavailable
 
 if TYPE_CHECKING:
     from app.server.channels import Channel
@@ -28,14 +28,6 @@ log = logging.getLogger(__name__)
 
 class PushNotFound(NotFound):
     what = "push"
-
-
-class TooManyPushes(Exception):
-    """The channel has its most pushes (409)."""
-
-
-class PushUnavailable(Exception):
-    """This server cannot push to that kind of destination (503: what to install is in the message)."""
 
 
 @dataclass(frozen=True)
@@ -75,10 +67,10 @@ class PushManager:
         if destination.kind == "srt":
             reason = srt_unavailable_reason()
             if reason is not None:
-                raise PushUnavailable(reason)
+                raise Unavailable(reason)  # SRT cannot run here; the reason says what to install
         with self._lock:
             if len(self.store.records(channel.id)) >= self._options.max_per_channel:
-                raise TooManyPushes(f"the channel has {self._options.max_per_channel} pushes, the most it may have")
+                raise Conflict(f"the channel has {self._options.max_per_channel} pushes, the most it may have")
             record = self.store.add(channel.id, owner, destination)
         self._start(channel, record)
         log.info("channel %s: push %s to %s added", channel.id, record.id, destination.shown)

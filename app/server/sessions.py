@@ -13,8 +13,8 @@ from app.media.webrtc import KIND, PublisherFactory, Session, SessionConfig
 from app.observability import Metrics
 from app.pipeline.pipeline import FramePipeline
 from app.server.admission import Admission
-from app.server.not_found import NotFound
 from app.server.output_guards import OutputGuards
+from app.server.resource_errors import NotFound
 
 NEGOTIATION_TIMEOUT_S = 10.0
 

@@ -37,11 +37,12 @@ from app.pipeline.pipeline import FramePipeline
 from app.pipeline.swap import PreparedSource
 from app.provenance.service import Provenance
 from app.runtime.heap import HeapTrimmer
-from app.server.channels import ChannelManager, ChannelsUnavailable
+from app.server.channels import ChannelManager
 from app.server.ingest_policy import IngestPolicy
 from app.server.media_addresses import media_host_addresses
 from app.server.output_guards import OutputGuards
 from app.server.ratelimit import RateLimiter, RateLimits
+from app.server.resource_errors import Unavailable
 from app.server.rtsp import RtspOutput
 from app.server.sessions import SessionManager
 from app.server.settings import ServerSettings
@@ -254,7 +255,7 @@ class ServerState:
 
     def require_channels(self) -> ChannelManager:
         if self.channels is None:
-            raise ChannelsUnavailable(self.channels_problem or "channels are off")
+            raise Unavailable(self.channels_problem or "channels are off")
         return self.channels
 
     async def _load(self) -> None:

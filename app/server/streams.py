@@ -29,8 +29,8 @@ from app.pipeline.types import Image
 from app.runtime.batcher import BatcherError
 from app.server.admission import Admission
 from app.server.ingest_policy import CheckedSource, HostUnresolved, SourceRefused, coarse_error, redact_credentials
-from app.server.not_found import NotFound
 from app.server.output_guards import OutputGuards
+from app.server.resource_errors import Conflict, NotFound, Unavailable
 from app.server.rtsp import FramePublisher, RtspOutput
 
 log = logging.getLogger(__name__)
@@ -42,14 +42,6 @@ PROBE_TIMEOUT_S = 5.0
 
 class StreamNotFound(NotFound):
     what = "stream"
-
-
-class StreamsUnavailable(Exception):
-    """RTSP ingest or output cannot run here; the message says why."""
-
-
-class StreamNotFailed(Exception):
-    """Only a failed stream can be restarted (409)."""
 
 
 @dataclass(frozen=True)
@@ -270,10 +262,10 @@ class StreamManager:
         return stream
 
     def check_available(self) -> None:
-        """`StreamsUnavailable` with the reason when streams cannot run here."""
+        """`Unavailable` with the reason when streams cannot run here."""
         reason = self.unavailable_reason
         if reason is not None:
-            raise StreamsUnavailable(reason)
+            raise Unavailable(reason)
 
     async def open(self, origin: StreamOrigin, request: LiveRequest) -> Stream:
         """Start pulling, swapping and publishing; the output carries a mark issued to this stream and `owner`.
@@ -295,7 +287,7 @@ class StreamManager:
         """Start a failed stream again (at `connect_url` when its address was checked again)."""
         stream = self.get(stream_id)
         if stream_id not in self._failed:
-            raise StreamNotFailed(f"stream {stream_id} is {stream.stats()['state']}; only a failed stream restarts")
+            raise Conflict(f"stream {stream_id} is {stream.stats()['state']}; only a failed stream restarts")
         self.check_available()
         with self._admission.reserve(stream.owner):
             if connect_url is not None:
@@ -343,7 +335,7 @@ class StreamManager:
         except BaseException as exc:
             await asyncio.shield(loop.run_in_executor(None, _stop_stream, stream))
             if isinstance(exc, Exception):
-                raise StreamsUnavailable(f"cannot start the stream: {coarse_error(str(exc))}") from None
+                raise Unavailable(f"cannot start the stream: {coarse_error(str(exc))}") from None
             raise
 
     def _checks_after_the_first(self, stream: Stream, checked_now: bool) -> Callable[[], str]:

@@ -13,7 +13,7 @@ from app.media.encoder import EncoderPolicy
 from app.media.peer import PeerConfig
 from app.media.whep import Viewer, ViewerHub
 from app.server.admission import AdmissionError
-from app.server.not_found import NotFound
+from app.server.resource_errors import NotFound
 
 log = logging.getLogger(__name__)
 

@@ -151,3 +151,14 @@ def fractions(text: str) -> tuple[float, ...]:
         return tuple(open_fraction(part) for part in names(text))
     except argparse.ArgumentTypeError as exc:
         raise argparse.ArgumentTypeError(f"expected a comma list of fractions, e.g. 0.25,0.5,0.75 ({exc})") from None
+
+
+def add_hand_clip_options(p: argparse.ArgumentParser) -> None:
+    """`--frames` and `--hand-model` of the occlusion measurement (bench-quality, bench-stability)."""
+    p.add_argument("--frames", type=int_between(8, 400), default=40, help="frames of the hand-crossing clip")
+    p.add_argument(
+        "--hand-model",
+        choices=("hand_landmark", "hand_landmark_lite"),
+        default="hand_landmark",
+        help="the occlusion stage's hand model",
+    )

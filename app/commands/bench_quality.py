@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from app.commands.arguments import comma_list, int_between
+from app.commands.arguments import add_hand_clip_options, comma_list
 from app.errors import UserError
 
 if TYPE_CHECKING:
@@ -38,13 +38,7 @@ def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None
         default=None,
         help=f"comma list of {', '.join(SECTIONS)} (default all; occlusion and flicker skip passthrough)",
     )
-    p.add_argument("--frames", type=int_between(8, 400), default=40, help="frames of the occlusion's hand clip")
-    p.add_argument(
-        "--hand-model",
-        choices=("hand_landmark", "hand_landmark_lite"),
-        default="hand_landmark",
-        help="the occlusion section's hand model",
-    )
+    add_hand_clip_options(p)
     p.set_defaults(func=run)
 
 

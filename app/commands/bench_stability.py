@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from app.commands.arguments import comma_list, int_between
+from app.commands.arguments import add_hand_clip_options, comma_list, int_between
 from app.errors import UserError
 
 KNOWN = ("classic", "mesh")
@@ -20,13 +20,7 @@ def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None
         help="occlusion (a real hand crossing a face: hand kept, IoU, cost) and flicker/jitter/lag per engine",
     )
     p.add_argument("--engines", type=comma_list, default=None, help="comma list of classic, mesh (default both)")
-    p.add_argument("--frames", type=int_between(8, 400), default=40, help="frames of the hand-crossing clip")
-    p.add_argument(
-        "--hand-model",
-        choices=("hand_landmark", "hand_landmark_lite"),
-        default="hand_landmark",
-        help="the occlusion stage's hand model",
-    )
+    add_hand_clip_options(p)
     p.add_argument("--no-flicker", action="store_true", help="measure occlusion only")
     p.add_argument("--out", type=Path, default=Path("bench-stability.json"), help="where to write the JSON report")
     p.add_argument("--threads", type=int_between(1, 64), default=None, help="inference threads (default: all cores)")

@@ -6,6 +6,7 @@ clients it has; the publishers do the rest.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import re
 import threading
@@ -28,6 +29,8 @@ from app.media.rtsp_out.publisher import RtspPublisher
 from app.settings import EncoderSettings
 
 log = logging.getLogger(__name__)
+
+CLOSE_WAIT_S = 2.0  # on stop, how long clients get to close themselves once their sockets are shut down
 
 _PATH_RE = re.compile(r"^(/[A-Za-z0-9._~-]+)+$")
 
@@ -165,7 +168,7 @@ class RtspServer:
             return
         for source in sources:
             source.destroy()
-        server.client_filter(lambda *_: gst.GstRtspServer.RTSPFilterResult.REMOVE)
+        self._close_clients(server, lambda _client: True, wait_s=CLOSE_WAIT_S)
         mounts = server.get_mount_points()
         for publisher in publishers:
             mounts.remove_factory(publisher.path)
@@ -278,15 +281,44 @@ class RtspServer:
             return sum(1 for paths in self._clients.values() if p in paths)
 
     def _disconnect_clients(self, server: Any, path: str) -> None:
+        def playing(client: Any) -> bool:
+            with self._lock:
+                return path in self._clients.get(client, ())
+
+        self._close_clients(server, playing, wait_s=0.0)  # callers may be on the event loop: no wait
+
+    def _close_clients(self, server: Any, chosen: Callable[[Any], bool], wait_s: float) -> None:
+        """Disconnect the `chosen` clients. Each client is served on a thread of its own, and closing one from
+        here races with its watch there: a watch that fires after the close reads from a connection without a
+        stream and, told nothing, fires again at once, forever (a core spent on GLib-CRITICAL lines). So each
+        chosen client's socket is shut down, its own thread sees the end of the stream and closes it; with
+        `wait_s`, those still connected after it are removed from here (the server is going away)."""
         gst = require_bindings()
         result = gst.GstRtspServer.RTSPFilterResult
+        closing: list[Any] = []
 
-        def choose(_server: Any, client: Any, *_: Any) -> Any:
+        def shut_down(_server: Any, client: Any, *_: Any) -> Any:
+            if chosen(client):
+                connection = client.get_connection()
+                socket = connection.get_read_socket() if connection is not None else None
+                if socket is not None:
+                    with contextlib.suppress(gst.GLib.Error):
+                        socket.shutdown(True, True)
+                closing.append(client)
+            return result.KEEP
+
+        server.client_filter(shut_down)
+        if wait_s <= 0:
+            return
+        deadline = time.monotonic() + wait_s
+        while closing and time.monotonic() < deadline:
             with self._lock:
-                playing = path in self._clients.get(client, ())
-            return result.REMOVE if playing else result.KEEP
-
-        server.client_filter(choose)
+                closing = [client for client in closing if client in self._clients]
+            if closing:
+                time.sleep(0.02)
+        if closing:
+            left = set(closing)
+            server.client_filter(lambda _s, client, *_: result.REMOVE if client in left else result.KEEP)
 
     def _is_published(self, uri_path: str) -> bool:
         with self._lock:

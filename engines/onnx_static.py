@@ -57,6 +57,7 @@ FOLDABLE = frozenset(
     }
 )
 FOLD_MAX_ELEMENTS = 4096  # shape tensors are tiny; never fold a weight-sized result
+MAX_PASSES = 8  # folds that open up further folds (RetinaFace at batch 1 needs three passes)
 
 # Inputs a host-reading runtime needs as constants (op type -> input positions); `Shape`/`Size` read the
 # shape of their input, which is static only after folding.
@@ -120,9 +121,22 @@ def _evaluate(node: onnx.NodeProto, inputs: Sequence[np.ndarray], opset: Sequenc
 def static_shapes(model: onnx.ModelProto, input_shapes: Mapping[str, Sequence[int]]) -> onnx.ModelProto:
     """A copy of `model` with the given input shapes fixed and its shape arithmetic folded into constants.
 
-    ModelError when an input is missing from `input_shapes` or shape inference cannot give a Shape node's
-    input a static shape.
+    Folding repeats until a pass folds nothing more: shape inference leaves some shapes open until an
+    earlier fold has made their inputs constant (a Resize whose sizes were computed has an unknown output
+    until then, and a batch of 1 broadcast against an unknown dimension stays unknown, where 2 would not).
+    ModelError when an input is missing from `input_shapes`.
     """
+    folded = _fold(model, input_shapes)
+    for _ in range(MAX_PASSES - 1):
+        again = _fold(folded, input_shapes)
+        if len(again.graph.node) == len(folded.graph.node):
+            return again
+        folded = again
+    return folded
+
+
+def _fold(model: onnx.ModelProto, input_shapes: Mapping[str, Sequence[int]]) -> onnx.ModelProto:
+    """One pass of `static_shapes`: input shapes fixed, shapes inferred, what is constant evaluated."""
     folded = onnx.ModelProto()
     folded.CopyFrom(model)
     graph = folded.graph

@@ -1,5 +1,6 @@
 """OBS Studio 29 itself as the streamer's client: a Media Source pulling a channel's RTSP URL and one pulling
-the channel over SRT (a listener push, encrypted) show the publisher's swapped frames, their coloured band kept
+the channel over SRT (on the server's SRT port by stream id and the channel's passphrase, and from a listener
+push, both encrypted) show the publisher's swapped frames, their coloured band kept
 by the swap, in OBS's own screenshots of each source, and go on showing the channel when a new publisher takes
 it over (as a reconnecting page does), with nothing changed in OBS. Skipped, with OBS's reason, where OBS cannot
 start."""
@@ -14,6 +15,7 @@ import pytest
 from app.media.clips import MotionClip
 from app.media.push_sinks import srt_unavailable_reason
 from app.media.rtsp_out import rtsp_unavailable_reason
+from app.media.srt_out import unavailable_reason as srt_out_unavailable_reason
 from app.pipeline.pipeline import FramePipeline
 from app.settings import PipelineSettings
 from tests.helpers import wait_for
@@ -24,7 +26,7 @@ from tests.server.push_servers import free_port
 from tests.server.test_push_delivery import SIZE, Publisher, add_push, make_channel, small
 
 pytestmark = pytest.mark.slow
-MISSING = obs_unavailable() or rtsp_unavailable_reason() or srt_unavailable_reason()
+MISSING = obs_unavailable() or rtsp_unavailable_reason() or srt_unavailable_reason() or srt_out_unavailable_reason()
 PASSPHRASE = "obs-srt-passphrase"
 
 
@@ -38,7 +40,7 @@ def shows(obs: Obs, source: str) -> str | None:
 def test_obs_shows_the_swapped_channel_over_rtsp_and_srt(
     tmp_path: Path, pipeline_factory: Callable[[PipelineSettings], FramePipeline], tom_png: bytes, clip: MotionClip
 ) -> None:
-    settings = server_settings(tmp_path / "identities", rtsp_enabled=True, rtsp_port=0, channel_hold_s=60)
+    settings = server_settings(tmp_path / "identities", rtsp_enabled=True, rtsp_port=0, srt_port=0, channel_hold_s=60)
     obs = Obs(tmp_path / "obs-home")
     try:
         obs.start()
@@ -56,7 +58,8 @@ def test_obs_shows_the_swapped_channel_over_rtsp_and_srt(
                 scene = obs.call("GetCurrentProgramScene")["currentProgramSceneName"]
                 sources = {
                     "rtsp": channel["rtsp_url"],
-                    "srt": f"srt://127.0.0.1:{port}?mode=caller&passphrase={PASSPHRASE}",
+                    "srt": channel["srt_url"],  # the server's SRT port: stream id and the channel's passphrase
+                    "srt-push": f"srt://127.0.0.1:{port}?mode=caller&passphrase={PASSPHRASE}",
                 }
                 for name, url in sources.items():
                     settings_of = {"is_local_file": False, "input": url, "restart_on_activate": True}
@@ -74,7 +77,7 @@ def test_obs_shows_the_swapped_channel_over_rtsp_and_srt(
                 stats = httpx.get(f"{server.base_url}/v1/channels/obs/pushes/{push['id']}", timeout=30).json()
                 assert stats["state"] == "live", stats
                 consumers = httpx.get(f"{server.base_url}/v1/channels/obs", timeout=30).json()["consumers"]
-                assert consumers["rtsp"] >= 1, consumers
+                assert consumers["rtsp"] >= 1 and consumers["srt"] >= 1, consumers
 
                 # A new session takes the channel over: OBS's same sources show it, nothing touched in OBS.
                 taking_over = Publisher(server, banded(small(clip), "blue"), identity, "obs")

@@ -4,12 +4,14 @@ MediaPipe's hand landmark model (engines.importers.hand_landmark) runs on a squa
 face box enlarged: a hand over the face reaches beyond it), not on a palm detector's box: the palm detector of
 the same package does not convert, and a face's surroundings are the only place a hand matters here. The
 model's hand-presence score says whether a hand is there; where it is, its 21 landmarks become a mask (their
-convex hull plus each finger drawn as a thick line, widened by a fraction of the hand's size) that is taken out
-of the paste mask, feathered, so the original pixels show through (app.pipeline.paste).
+convex hull plus each finger drawn as a thick line, and the wrist drawn on into the forearm, widened by a
+fraction of the hand's size) that is taken out of the paste mask, feathered, so the original pixels show
+through (app.pipeline.paste).
 
 Cheap for live streams: a face's region is looked at again only when its state is stale: a hand was seen there
 last time (hands move), `interval` frames went by, or the region's grey thumbnail changed by more than `change`
-levels (something entered it). In between, the last hand found is carried with the stream's tracker state.
+levels (something entered it); a look due only to `interval` searches one of the face's squares, each in turn.
+In between, the last hand found is carried with the stream's tracker state.
 """
 
 from dataclasses import dataclass, field

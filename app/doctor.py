@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Literal
 
 from app.errors import ModelError
+from app.model_store import hand_model_in_store
 from app.server.settings import ServerSettings
 from engines.store import ModelStore
 
@@ -89,6 +90,8 @@ def _hand_check(settings: ServerSettings, store: ModelStore) -> Check:
         return Check(label, "ok", "occlusion is off (SWAPCAST_OCCLUSION=off)")
     if store.status(name) == "verified":
         return Check(label, "ok", f"{name} verified in {store.root}: hands are kept in front of faces")
+    if mode == "auto" and (other := hand_model_in_store(settings.pipeline, store)) is not None:
+        return Check(label, "ok", f"{other} verified in {store.root} ({name} is not): hands are kept in front of faces")
     if mode == "auto":
         return Check(label, "warn", f"{name} is not imported: hands in front of faces are painted over", fix)
     return _model_check(store, label, name, "tflite2onnx", fix)

@@ -36,3 +36,15 @@ def mesh_available(settings: PipelineSettings, store: ModelStore) -> bool:
     except ModelError:  # an unknown model name
         return False
     return importlib.util.find_spec("tflite2onnx") is not None
+
+
+HAND_MODELS = ("hand_landmark_lite", "hand_landmark")
+
+
+def hand_model_in_store(settings: PipelineSettings, store: ModelStore) -> str | None:
+    """The hand model SWAPCAST_OCCLUSION=auto runs: `settings.hand_model` where it is verified in the store, else
+    the other hand model where that one is (a store that has only one of them keeps hands in front), else None."""
+    for name in (settings.hand_model, *(n for n in HAND_MODELS if n != settings.hand_model)):
+        if store.status(name) == "verified":
+            return name
+    return None

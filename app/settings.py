@@ -46,13 +46,15 @@ class PipelineSettings(BaseSettings):
     occlusion: OcclusionMode = Field(
         "auto",
         description=(
-            "Hands in front of a face stay visible: hands (needs the hand_landmark model, imported if missing), "
-            "off, or auto (hands when hand_landmark is in the model store, else off)."
+            "Hands in front of a face stay visible: hands (needs the hand model, imported if missing), off, or "
+            "auto (hands when the hand model, or failing it the other hand model, is in the model store, else off)."
         ),
     )
+    # lite by default: it meets the occlusion targets at about half the full model's cost, which does not fit
+    # 6 ms per face on a CPU core (docs/guides/occlusion.md has the figures).
     hand_model: Literal["hand_landmark", "hand_landmark_lite"] = Field(
-        "hand_landmark",
-        description="Hand model of the occlusion stage: hand_landmark (full) or hand_landmark_lite (half the cost).",
+        "hand_landmark_lite",
+        description="Hand model of the occlusion stage: hand_landmark_lite (half the cost) or hand_landmark (full).",
     )
     # 0.15 by default: on the packaged pairs it moves the share of outputs closer to the source from 93% to 96% and
     # keeps the landmark error at 0.060 (0.3: 96% but 0.067); docs/guides/files.md has the figures.

@@ -6,7 +6,7 @@
 #   scripts/occlusion-images.sh [OUT_DIR]      # default docs/images
 #
 # The two Debian packages are downloaded with `apt-get download` and unpacked into a temporary folder; nothing
-# is installed. Needs the hand model in the model store (`swapcast models import hand_landmark`).
+# is installed. Needs the hand model in the model store (`swapcast models import hand_landmark_lite`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

@@ -7,13 +7,15 @@ Per frame where the hand is over the face, on the pixels the swap paints over wh
 - IoU: between the pixels kept (the input's own with occlusion on) and the hand's true pixels;
 - face swapped: the share of the other painted pixels (the face outside the hand) still swapped.
 
-Cost: the occlusion stage's time per face (p50/p99, amortised over the look schedule: a face is looked at every
-frame while a hand is over it, every `interval` frames or on a change otherwise), and the whole frame's rate
-with occlusion on over off, on the crossing clip and on the same face with no hand.
+Cost: the occlusion stage's time per face, wall-clock and the calling thread's CPU time (p50/p99, amortised
+over the look schedule: a face is looked at every frame while a hand is over it, every `interval` frames or on a
+change otherwise), and the whole frame's rate with occlusion on over off, on the crossing clip and on the same
+face with no hand.
 """
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -66,6 +68,21 @@ def score(scene: HandScene, off: Image, on: Image) -> FrameScore | None:
     )
 
 
+class CpuAndWallTimer(StageTimer):
+    """A StageTimer that also keeps each stage's CPU time on the calling thread, as `<stage>_cpu`: on a machine
+    busy with other work, the stage's own work rather than its wait for a core (a model with one thread runs on
+    the calling thread)."""
+
+    @contextmanager
+    def stage(self, name: str) -> Iterator[None]:
+        cpu = time.thread_time()
+        try:
+            with super().stage(name):
+                yield
+        finally:
+            self.samples[f"{name}_cpu"].append(time.thread_time() - cpu)
+
+
 @dataclass
 class Streams:
     off: list[Image]
@@ -79,7 +96,7 @@ def paired_streams(off: FramePipeline, on: FramePipeline, source: PreparedSource
     """The frames through both pipelines as two streams, each frame through `off` then `on` in turn, so that
     other work on the machine slows both alike (their medians compare)."""
     trackers = off.new_stream(), on.new_stream()
-    result = Streams([], [], [], [], StageTimer())
+    result = Streams([], [], [], [], CpuAndWallTimer())
     for frame in frames:
         start = time.perf_counter()
         result.off.append(off.process([frame], source, trackers[0], StageTimer())[0].image)
@@ -144,6 +161,8 @@ def run(off: FramePipeline, on: FramePipeline, source: PreparedSource, frames: i
         # one face per frame: the stage's time per frame is its time per face
         "occlusion_ms_per_face": percentiles_ms(crossing_streams.timer.samples.get("occlusion", [])),
         "occlusion_ms_per_face_no_hand": percentiles_ms(still_streams.timer.samples.get("occlusion", [])),
+        "occlusion_cpu_ms_per_face": percentiles_ms(crossing_streams.timer.samples.get("occlusion_cpu", [])),
+        "occlusion_cpu_ms_per_face_no_hand": percentiles_ms(still_streams.timer.samples.get("occlusion_cpu", [])),
         **parts,
         "frame_ms_off": percentiles_ms(crossing_streams.off_seconds),
         "frame_ms_on": percentiles_ms(crossing_streams.on_seconds),

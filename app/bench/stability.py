@@ -20,7 +20,7 @@ def measure(
     store: ModelStore,
     *,
     frames: int = 40,
-    hand_model: str = "hand_landmark",
+    hand_model: str = "hand_landmark_lite",
     occlusion: bool = True,
     flicker: bool = True,
     raw_landmarks: bool = False,
@@ -70,6 +70,8 @@ def occlusion_figures(report: dict[str, Any]) -> dict[str, float]:
         "face_swapped": report["face_swapped"],
         "ms_per_face": report["occlusion_ms_per_face"].get("mean", float("nan")),
         "ms_per_face_no_hand": report["occlusion_ms_per_face_no_hand"].get("mean", float("nan")),
+        "cpu_ms_per_face": report["occlusion_cpu_ms_per_face"].get("mean", float("nan")),
+        "cpu_ms_per_face_no_hand": report["occlusion_cpu_ms_per_face_no_hand"].get("mean", float("nan")),
     }
 
 

@@ -158,7 +158,7 @@ def add_hand_clip_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--frames", type=int_between(8, 400), default=40, help="frames of the hand-crossing clip")
     p.add_argument(
         "--hand-model",
-        choices=("hand_landmark", "hand_landmark_lite"),
-        default="hand_landmark",
+        choices=("hand_landmark_lite", "hand_landmark"),
+        default="hand_landmark_lite",
         help="the occlusion stage's hand model",
     )

@@ -71,7 +71,7 @@ class LiveCore:
         if occlusion and self._pipeline.hands is None:
             raise UserError(
                 "occlusion is not available on this server: SWAPCAST_OCCLUSION is off, or the hand model is not "
-                "imported (swapcast models import hand_landmark)"
+                "imported (swapcast models import hand_landmark_lite)"
             )
         if mouth_mask and self._pipeline.mouth_default is None:
             raise UserError(UNAVAILABLE_MOUTH)

@@ -5,7 +5,7 @@ from pathlib import Path
 
 from prometheus_client import CollectorRegistry
 
-from app.model_store import resolve_swap_engine
+from app.model_store import hand_model_in_store, resolve_swap_engine
 from app.names import SwapEngineName
 from app.pipeline.batching import BatchedStage, BatchSettings
 from app.pipeline.detect import DetectorConfig, RetinaFaceDetector
@@ -66,13 +66,15 @@ def load_landmarker(store: ModelStore, settings: PipelineSettings) -> FaceMeshLa
 
 def build_hand_finder(settings: PipelineSettings, store: ModelStore) -> HandFinder | None:
     """The occlusion stage `settings.occlusion` asks for: `hands` imports `settings.hand_model` when missing (a
-    ModelError where it cannot); `auto` uses it only where it is in the store already; `off` is None."""
+    ModelError where it cannot); `auto` uses it, or failing it the other hand model, only where it is in the store
+    already (app.model_store.hand_model_in_store); `off` is None."""
     if settings.occlusion == "off":
         return None
-    if settings.occlusion == "auto" and store.status(settings.hand_model) != "verified":
+    name = hand_model_in_store(settings, store) if settings.occlusion == "auto" else settings.hand_model
+    if name is None:
         return None
     local = settings.model_copy(update={"backend": settings.local_backend})
-    return HandFinder(load_model(store, settings.hand_model, local))
+    return HandFinder(load_model(store, name, local))
 
 
 def build_swap_engine(settings: PipelineSettings, store: ModelStore) -> SwapEngine:

@@ -4,12 +4,14 @@ MediaPipe's hand landmark model (engines.importers.hand_landmark) runs on a squa
 face box enlarged: a hand over the face reaches beyond it), not on a palm detector's box: the palm detector of
 the same package does not convert, and a face's surroundings are the only place a hand matters here. The
 model's hand-presence score says whether a hand is there; where it is, its 21 landmarks become a mask (their
-convex hull plus each finger drawn as a thick line, widened by a fraction of the hand's size) that is taken out
-of the paste mask, feathered, so the original pixels show through (app.pipeline.paste).
+convex hull plus each finger drawn as a thick line, and the wrist drawn on into the forearm, widened by a
+fraction of the hand's size) that is taken out of the paste mask, feathered, so the original pixels show
+through (app.pipeline.paste).
 
 Cheap for live streams: a face's region is looked at again only when its state is stale: a hand was seen there
 last time (hands move), `interval` frames went by, or the region's grey thumbnail changed by more than `change`
-levels (something entered it). In between, the last hand found is carried with the stream's tracker state.
+levels (something entered it); a look due only to `interval` searches one of the face's squares, each in turn.
+In between, the last hand found is carried with the stream's tracker state.
 """
 
 from dataclasses import dataclass, field
@@ -41,9 +43,11 @@ class OcclusionConfig:
     min_score: float = 0.5  # hand-presence score from which a hand is taken as there
     interval: int = 3  # frames between looks at a face where no hand was seen (live streams)
     change: float = 6.0  # mean grey-level change of the region's thumbnail that calls for a look at once
+    alternate: bool = True  # a routine look (only `interval` went by) searches one of `regions` in turn, not all
     width: float = 0.12  # finger width, as a fraction of the hand's size (wrist to middle fingertip)
     grow: float = 0.02  # how far the mask reaches beyond the drawn hand, as a fraction of the hand's size
     feather: float = 0.04  # Gaussian sigma of the mask's edge, as a fraction of the hand's size
+    forearm: float = 0.5  # how far the wrist is drawn on past the wrist landmark, as a fraction of the hand's size
 
 
 def square_region(box: npt.ArrayLike, scale: float) -> Matrix:
@@ -82,12 +86,10 @@ class HandFinder(ModelStage):
         """Per region: the hand-presence score and the 21 landmarks in frame pixels [21,2]."""
         if not regions:
             return []
-        batch = np.empty((len(regions), INPUT_SIZE, INPUT_SIZE, 3), np.float32)
-        for i, region in enumerate(regions):
-            crop = cv2.warpAffine(frame, region, (INPUT_SIZE, INPUT_SIZE), flags=cv2.INTER_LINEAR)
-            batch[i] = crop[..., ::-1]
-        batch *= 1.0 / 255.0
-        points, scores, _side = self.model.run({"image": np.ascontiguousarray(batch.transpose(0, 3, 1, 2))})
+        crops = [cv2.warpAffine(frame, region, (INPUT_SIZE, INPUT_SIZE), flags=cv2.INTER_LINEAR) for region in regions]
+        # RGB, 0..1, NCHW in one pass (half the time of flipping, scaling and transposing in numpy)
+        batch = cv2.dnn.blobFromImages(crops, 1.0 / 255.0, swapRB=True)
+        points, scores, _side = self.model.run({"image": batch})
         found: list[tuple[float, Points]] = []
         for region, hand, score in zip(regions, points, scores, strict=True):
             inverse = cv2.invertAffineTransform(region)
@@ -106,20 +108,29 @@ class HandFinder(ModelStage):
             best.append(top if top is not None and top[0] >= self.config.min_score else None)
         return best
 
-    def hands(self, frame: Image, faces: list[Face], known: list[Points | None]) -> list[Points | None]:
+    def hands(
+        self,
+        frame: Image,
+        faces: list[Face],
+        known: list[Points | None],
+        squares: list[tuple[int, ...] | None] | None = None,
+    ) -> list[Points | None]:
         """Each face's hand in `frame`, or None: looked for around the hand `known` for it (a hand found in an
-        earlier frame), else (or when it is gone from there) in the squares around the face; a hand just found
-        is looked at once more in the square around it, where the model places its landmarks best."""
+        earlier frame), else (or when it is gone from there) in the squares around the face (`squares`: per face,
+        which of `config.regions` a first search looks in; None: all of them); a hand just found is looked at once
+        more in the square around it, where the model places its landmarks best."""
         config = self.config
 
-        def around_face(face: Face) -> list[Matrix]:
+        def around_face(face: Face, which: tuple[int, ...] | None = None) -> list[Matrix]:
             box = np.asarray(face.box, np.float64)
             height = float(box[3] - box[1])
-            return [square_region(box + np.array([0, down, 0, down]) * height, side) for down, side in config.regions]
+            chosen = config.regions if which is None else [config.regions[k] for k in which]
+            return [square_region(box + np.array([0, down, 0, down]) * height, side) for down, side in chosen]
 
+        which = squares if squares is not None else [None] * len(faces)
         first = [
-            [hand_region(h, config.hand_scale)] if h is not None else around_face(f)
-            for f, h in zip(faces, known, strict=True)
+            [hand_region(h, config.hand_scale)] if h is not None else around_face(f, w)
+            for f, h, w in zip(faces, known, which, strict=True)
         ]
         best = self._best(frame, first)
         lost = [i for i, hand in enumerate(known) if hand is not None and best[i] is None]
@@ -146,6 +157,13 @@ def hand_mask(hands: list[Points], matrix: Matrix, size: int, config: OcclusionC
         pts = np.round(xy * 4).astype(np.int32)  # drawn with 2 fractional bits
         for chain in FINGERS:
             cv2.polylines(layer, [pts[list(chain)]], False, 255, thick, cv2.LINE_AA, shift=2)
+        if config.forearm > 0:
+            # The wrist goes on into the forearm, away from the middle finger's knuckle, as wide as the palm.
+            away = xy[0] - xy[9]
+            away /= max(float(np.linalg.norm(away)), 1e-6)
+            palm = max(1, round(float(np.linalg.norm(xy[5] - xy[17]))))
+            end = np.round((xy[0] + away * reach * config.forearm) * 4).astype(np.int32)
+            cv2.line(layer, tuple(int(v) for v in pts[0]), tuple(int(v) for v in end), 255, palm, cv2.LINE_AA, shift=2)
         hull = cv2.convexHull(pts)
         cv2.fillConvexPoly(layer, hull, 255, cv2.LINE_AA, shift=2)
         grow = max(1, round(reach * config.grow))
@@ -163,6 +181,7 @@ class _Seen:
     frame: int
     look: npt.NDArray[np.float32]
     hand: Points | None
+    turn: int = 0  # routine searches of this face so far (which square the next one looks in)
 
 
 @dataclass
@@ -179,22 +198,26 @@ class HandTracking:
         self.frame += 1
         thumbs = [_thumbnail(frame, square_region(face.box, self.config.look_side)) for face in faces]
         stale: list[int] = []
+        squares: list[tuple[int, ...] | None] = []
+        turns: list[int] = []
+        regions = len(self.config.regions)
         for i, (face, thumb) in enumerate(zip(faces, thumbs, strict=True)):
             seen = self.seen.get(face.track_id) if face.track_id >= 0 else None
-            if (
-                seen is None
-                or seen.hand is not None
-                or self.frame - seen.frame >= self.config.interval
-                or float(np.abs(thumb - seen.look).mean()) > self.config.change
-            ):
-                stale.append(i)
+            if seen is None or seen.hand is not None or float(np.abs(thumb - seen.look).mean()) > self.config.change:
+                stale.append(i)  # new, a hand to follow, or something came in: every square
+                squares.append(None)
+                turns.append(0 if seen is None else seen.turn)
+            elif self.frame - seen.frame >= self.config.interval:
+                stale.append(i)  # a routine look at a face with nothing in front: one square in turn, or all
+                squares.append((seen.turn % regions,) if self.config.alternate else None)
+                turns.append(seen.turn + 1)
         known = [self.seen[faces[i].track_id].hand if faces[i].track_id in self.seen else None for i in stale]
-        found = finder.hands(frame, [faces[i] for i in stale], known) if stale else []
+        found = finder.hands(frame, [faces[i] for i in stale], known, squares) if stale else []
         self.looks += len(stale)
         fresh = dict(zip(stale, found, strict=True))
-        for i, hand in fresh.items():
+        for (i, hand), turn in zip(fresh.items(), turns, strict=True):
             if faces[i].track_id >= 0:
-                self.seen[faces[i].track_id] = _Seen(self.frame, thumbs[i], hand)
+                self.seen[faces[i].track_id] = _Seen(self.frame, thumbs[i], hand, turn)
         live = {face.track_id for face in faces}
         for track_id in [t for t in self.seen if t not in live]:
             del self.seen[track_id]

@@ -102,7 +102,7 @@ def test_bench_quality_reports_occlusion_and_flicker_rows_judged_from_the_run(
     tmp_path: Path, model_root: Path, store: ModelStore
 ) -> None:
     try:
-        store.ensure("hand_landmark")
+        store.ensure("hand_landmark_lite")
     except ModelError as exc:
         pytest.skip(f"the hand model cannot be imported here: {exc}")
     env = {**os.environ, "SWAPCAST_MODEL_DIR": str(model_root), "PYTHONPATH": str(REPO)}

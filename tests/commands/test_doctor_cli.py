@@ -117,3 +117,27 @@ def test_gpu_lines_follow_the_driver(tmp_path: Path) -> None:
     if installed_stack().tensorrt is None:  # a GPU without TensorRT: the fix names the gpu extra
         assert lines["TensorRT"].state == "missing"
         assert "swapcast[gpu]" in lines["TensorRT"].fix
+
+
+class _HandStore:
+    root = Path("/models")
+
+    def __init__(self, verified: set[str]) -> None:
+        self.verified = verified
+
+    def status(self, name: str) -> str:
+        return "verified" if name in self.verified else "missing"
+
+
+def test_the_hand_check_names_the_hand_model_auto_runs() -> None:
+    from app.doctor import _hand_check
+
+    settings = ServerSettings()
+    lite = _hand_check(settings, _HandStore({"hand_landmark_lite"}))  # type: ignore[arg-type]
+    assert lite.state == "ok" and lite.detail.startswith("hand_landmark_lite verified")
+    # Only the full model imported (before lite was the default): auto runs it, and says so.
+    full = _hand_check(settings, _HandStore({"hand_landmark"}))  # type: ignore[arg-type]
+    assert full.state == "ok" and full.detail.startswith("hand_landmark verified")
+    assert "(hand_landmark_lite is not)" in full.detail
+    none = _hand_check(settings, _HandStore(set()))  # type: ignore[arg-type]
+    assert none.state == "warn" and "swapcast models import hand_landmark_lite" in none.fix

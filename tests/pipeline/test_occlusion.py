@@ -10,12 +10,14 @@ import pytest
 
 from app.bench.hand_scene import HandScene, hand_over_face
 from app.bench.occlusion_bench import crossing, score
+from app.model_store import hand_model_in_store
 from app.pipeline.detect import DetectorConfig, RetinaFaceDetector
 from app.pipeline.factory import build_hand_finder
-from app.pipeline.occlusion import HandFinder, HandTracking, OcclusionConfig
+from app.pipeline.occlusion import HandFinder, HandTracking, OcclusionConfig, Points, hand_mask
 from app.pipeline.pipeline import FramePipeline
 from app.pipeline.swap import ClassicEngine, PreparedSource
 from app.pipeline.timing import StageTimer
+from app.pipeline.types import Face, Image, Matrix
 from app.runtime.onnx import OnnxModel
 from app.settings import PipelineSettings
 from engines.errors import ModelError
@@ -29,7 +31,7 @@ NEAR = 12  # grey levels within which a pixel counts as the input's own
 @pytest.fixture(scope="module")
 def finder(store: ModelStore) -> Iterator[HandFinder]:
     try:
-        path = store.ensure("hand_landmark")
+        path = store.ensure(PipelineSettings().hand_model)
     except ModelError as exc:
         pytest.skip(f"the hand model cannot be imported here: {exc}")
     hands = HandFinder(OnnxModel(path, threads=2))
@@ -107,10 +109,91 @@ def test_the_hand_is_carried_between_looks(detector: RetinaFaceDetector, finder:
 def test_the_setting_picks_the_stage(store: ModelStore, finder: HandFinder, tmp_path: Path) -> None:
     assert build_hand_finder(PipelineSettings(occlusion="off"), store) is None
     on = build_hand_finder(PipelineSettings(occlusion="auto"), store)  # the model is imported in `store`
-    assert isinstance(on, HandFinder)
+    assert isinstance(on, HandFinder) and on.model.path.name == "hand_landmark_lite.onnx"
     on.close()
     assert build_hand_finder(PipelineSettings(occlusion="auto"), ModelStore(tmp_path)) is None  # not imported here
     assert PipelineSettings().occlusion == "auto"
+    assert PipelineSettings().hand_model == "hand_landmark_lite"
+
+
+class _Store:
+    def __init__(self, verified: set[str]) -> None:
+        self.verified = verified
+
+    def status(self, name: str) -> str:
+        return "verified" if name in self.verified else "missing"
+
+
+def test_auto_falls_back_to_the_other_hand_model_in_the_store() -> None:
+    lite, full = PipelineSettings(), PipelineSettings(hand_model="hand_landmark")
+    both = _Store({"hand_landmark", "hand_landmark_lite"})
+    assert hand_model_in_store(lite, both) == "hand_landmark_lite"  # type: ignore[arg-type]
+    assert hand_model_in_store(full, both) == "hand_landmark"  # type: ignore[arg-type]
+    # A store that holds only the full model (imported before lite was the default) keeps hands in front.
+    assert hand_model_in_store(lite, _Store({"hand_landmark"})) == "hand_landmark"  # type: ignore[arg-type]
+    assert hand_model_in_store(full, _Store({"hand_landmark_lite"})) == "hand_landmark_lite"  # type: ignore[arg-type]
+    assert hand_model_in_store(lite, _Store(set())) is None  # type: ignore[arg-type]
+
+
+class _Recorder:
+    """Stands in for HandFinder: finds nothing, and notes which squares each search looked in."""
+
+    def __init__(self) -> None:
+        self.squares: list[tuple[int, ...] | None] = []
+
+    def hands(
+        self, frame: Image, faces: list[Face], known: list[Points | None], squares: list[tuple[int, ...] | None]
+    ) -> list[Points | None]:
+        self.squares.extend(squares)
+        return [None] * len(faces)
+
+
+def test_routine_looks_search_one_square_in_turn_and_a_change_all_of_them(scene: HandScene) -> None:
+    face = Face(np.array([180.0, 90.0, 290.0, 230.0]), 0.9, np.zeros((5, 2)), track_id=3)
+    tracking = HandTracking(OcclusionConfig(interval=3))
+    recorder = _Recorder()
+    for _ in range(10):
+        tracking.hands(recorder, scene.face, [face])  # type: ignore[arg-type]
+    # The first look searches every square; then one square every third frame, each in turn.
+    assert recorder.squares == [None, (0,), (1,), (0,)]
+    tracking.hands(recorder, scene.image, [face])  # type: ignore[arg-type]  # something came in: every square
+    assert recorder.squares[-1] is None and tracking.looks == 5
+    everything = HandTracking(OcclusionConfig(interval=3, alternate=False))
+    recorder = _Recorder()
+    for _ in range(4):
+        everything.hands(recorder, scene.face, [face])  # type: ignore[arg-type]
+    assert recorder.squares == [None, None]
+
+
+def _upright_hand() -> Points:
+    """21 landmarks of an open hand, fingers up, its wrist at (100, 150): the model's order, thumb first."""
+    hand = [(100.0, 150.0)]
+    for finger, x in enumerate((70.0, 85.0, 100.0, 115.0, 130.0)):
+        base = 120.0 if finger else 135.0
+        hand += [(x, base - 12.0 * step) for step in range(4)]
+    return np.array(hand, np.float64)
+
+
+def test_the_mask_goes_on_past_the_wrist_into_the_forearm() -> None:
+    hand, identity = _upright_hand(), np.array([[1.0, 0.0, 0.0], [0.0, 1.0, 0.0]])
+    plain = hand_mask([hand], identity, 256, OcclusionConfig(forearm=0.0))
+    arm = hand_mask([hand], identity, 256, OcclusionConfig())
+    reach = float(np.linalg.norm(hand[12] - hand[0]))
+    below = (100, round(150 + 0.4 * reach))  # under the wrist, away from the fingers (x, y)
+    assert plain[below[1], below[0]] < 0.05 and arm[below[1], below[0]] == 1.0
+    palm = float(np.linalg.norm(hand[5] - hand[17]))  # the forearm's width
+    beyond = round(150 + 0.5 * reach + palm / 2 + 12)
+    assert arm[beyond, 100] < 0.05, "the forearm stops at its length"
+    # The hand and fingers above the wrist are drawn as before.
+    assert np.array_equal(plain[:110], arm[:110])
+
+
+def test_a_matrix_moves_the_mask_with_the_crop() -> None:
+    hand = _upright_hand()
+    shifted: Matrix = np.array([[1.0, 0.0, -20.0], [0.0, 1.0, -10.0]])
+    a = hand_mask([hand], np.array([[1.0, 0.0, 0.0], [0.0, 1.0, 0.0]]), 256, OcclusionConfig())
+    b = hand_mask([hand], shifted, 256, OcclusionConfig())
+    assert np.allclose(a[10:200, 20:200], b[:190, :180], atol=0.02)
 
 
 def test_bad_options_are_clear_errors() -> None:

@@ -82,13 +82,13 @@ RUN --mount=type=secret,id=pip_ca --mount=type=cache,target=/root/.cache/pip \
 FROM ${BASE_IMAGE} AS runtime
 ENV DEBIAN_FRONTEND=noninteractive
 # Runtime libraries only: Python, GStreamer with gst-rtsp-server and its introspection data (RTSP output),
-# libsrt (the channels' SRT output).
+# libsrt (the channels' SRT output), libjemalloc2 (the allocator serve re-executes itself with, SWAPCAST_ALLOCATOR).
 # hadolint ignore=DL3008
 RUN apt-get update \
     && apt-get install -y --no-install-recommends ca-certificates python3 python3-gi \
         gir1.2-gst-rtsp-server-1.0 gir1.2-gst-plugins-base-1.0 gstreamer1.0-plugins-base \
         gstreamer1.0-plugins-good gstreamer1.0-plugins-bad gstreamer1.0-plugins-ugly gstreamer1.0-libav \
-        gstreamer1.0-rtsp libsrt1.5-openssl \
+        gstreamer1.0-rtsp libsrt1.5-openssl libjemalloc2 \
     && rm -rf /var/lib/apt/lists/* \
     && groupadd --system --gid 10001 swapcast \
     && useradd --system --uid 10001 --gid swapcast --home-dir /var/lib/swapcast --shell /usr/sbin/nologin swapcast \
@@ -107,6 +107,7 @@ ENV PATH=/opt/swapcast/bin:$PATH \
     GST_REGISTRY_1_0=/tmp/gstreamer-registry.bin \
     SWAPCAST_HOST=0.0.0.0 \
     SWAPCAST_PORT=8000 \
+    SWAPCAST_ALLOCATOR=jemalloc \
     SWAPCAST_MODEL_DIR=/var/lib/swapcast/models \
     SWAPCAST_IDENTITY_DIR=/var/lib/swapcast/identities
 VOLUME ["/var/lib/swapcast/models", "/var/lib/swapcast/identities"]

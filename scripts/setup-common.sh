@@ -14,6 +14,7 @@ SERVING_APT=(
     gstreamer1.0-plugins-ugly gstreamer1.0-libav gstreamer1.0-rtsp
     gir1.2-gst-rtsp-server-1.0 gir1.2-gst-plugins-base-1.0
     libsrt1.5-openssl  # the channels' SRT output (SWAPCAST_SRT_PORT), through ctypes
+    libjemalloc2  # the allocator `swapcast serve` re-executes itself with (SWAPCAST_ALLOCATOR)
     libgirepository1.0-dev libcairo2-dev pkg-config gcc python3-dev
     python3-venv  # the small environment uv itself is installed into
 )

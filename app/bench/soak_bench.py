@@ -39,6 +39,7 @@ from app.bench.server_bench import (
     machine_report,
 )
 from app.bench.soak_load import Record, Run, create_channel, cycle, upload
+from app.runtime.allocator import JEMALLOC_SONAME, find_jemalloc, jemalloc_loaded, preload_env
 
 CHANNEL = "soak"
 PROC_KEYS = ("rss_mb", "threads", "open_files", "children")
@@ -74,6 +75,7 @@ class SoakConfig:
     engine: str = "mesh"
     clip_frames: int = 60
     malloc_arena_max: int | None = None  # MALLOC_ARENA_MAX for the server, to tell fragmentation from leaks
+    allocator: str = "system"  # or "jemalloc": preloaded into the server (app.runtime.allocator)
 
 
 @dataclass
@@ -279,15 +281,18 @@ def run_soak_bench(config: SoakConfig, progress: bool = True) -> dict[str, Any]:
         (lambda text: print(text, file=sys.stderr, flush=True)) if progress else (lambda text: None)
     )
     started, load_before = time.perf_counter(), os.getloadavg()
-    env_before = os.environ.get("MALLOC_ARENA_MAX")
-    if config.malloc_arena_max is not None:
-        os.environ["MALLOC_ARENA_MAX"] = str(config.malloc_arena_max)
+    env_before = dict(os.environ)
+    os.environ.update(server_env(config))
     with tempfile.TemporaryDirectory(prefix="swapcast-bench-soak-") as tmp, open(Path(tmp) / "server.log", "w+") as log:
         try:
             server = ServerProcess(config.engine, Path(tmp) / "id", rtsp=True, log=log)
         finally:
-            if config.malloc_arena_max is not None:
-                _restore("MALLOC_ARENA_MAX", env_before)
+            os.environ.clear()
+            os.environ.update(env_before)
+        allocator = "jemalloc" if jemalloc_loaded(server.process.pid) else "system"
+        if allocator != config.allocator:
+            server.stop()
+            raise RuntimeError(f"the server runs on the {allocator} allocator, not {config.allocator}")
         source = StampedSource(frames, config.fps)
         try:
             report = asyncio.run(_with_server(server, source, png.tobytes(), frames, config, say))
@@ -299,6 +304,7 @@ def run_soak_bench(config: SoakConfig, progress: bool = True) -> dict[str, Any]:
     report["config"] = {k: getattr(config, k) for k in SoakConfig.__dataclass_fields__} | {
         "size": list(RESOLUTIONS[config.resolution])
     }
+    report["allocator"] = allocator
     report["machine"] = machine_report(load_before[0])
     report["seconds"] = round(time.perf_counter() - started, 1)
     report["checks"] = checks(report)
@@ -335,8 +341,15 @@ def log_errors(text: str) -> list[str]:
     return [line[:300] for line in found[:50]]
 
 
-def _restore(name: str, value: str | None) -> None:
-    if value is None:
-        os.environ.pop(name, None)
-    else:
-        os.environ[name] = value
+def server_env(config: SoakConfig) -> dict[str, str]:
+    """What the server child's environment has on top of this process's: the allocator asked for (the system one
+    explicitly, so that `swapcast serve`'s own choice cannot differ from the bench's) and MALLOC_ARENA_MAX."""
+    env: dict[str, str] = {"SWAPCAST_ALLOCATOR": config.allocator}
+    if config.malloc_arena_max is not None:
+        env["MALLOC_ARENA_MAX"] = str(config.malloc_arena_max)
+    if config.allocator == "jemalloc":
+        library = find_jemalloc()
+        if library is None:
+            raise RuntimeError(f"--allocator jemalloc: {JEMALLOC_SONAME} is not installed (package libjemalloc2)")
+        env |= {k: v for k, v in preload_env(os.environ, library).items() if k in ("LD_PRELOAD", "MALLOC_CONF")}
+    return env

@@ -36,6 +36,12 @@ def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None
         help="MALLOC_ARENA_MAX for the server (glibc), to tell allocator fragmentation from leaks",
     )
     p.add_argument(
+        "--allocator",
+        type=one_of(("system", "jemalloc"), "allocator"),
+        default="system",
+        help="the server's C allocator: glibc's malloc, or jemalloc preloaded (libjemalloc2; default system)",
+    )
+    p.add_argument(
         "--engine", type=one_of(SWAP_ENGINES, "engine"), default="mesh", help="the server's swap engine (default mesh)"
     )
     p.add_argument("--output", type=Path, default=None, help="also write the JSON here")
@@ -48,7 +54,8 @@ def run(args: argparse.Namespace) -> int:
 
     check_bench_args([args.resolution], RESOLUTIONS, args.output)
     config = SoakConfig(
-        **picked(args, "minutes", "warmup_minutes", "sessions", "resolution", "fps", "engine", "malloc_arena_max"),
+        **picked(args, "minutes", "warmup_minutes", "sessions", "resolution", "fps", "engine"),
+        **picked(args, "malloc_arena_max", "allocator"),
         hold_s=args.hold,
         window_s=args.window,
         sample_s=args.sample,
@@ -76,7 +83,8 @@ def format_table(result: dict[str, Any]) -> str:
     failed = [name for name, check in result["checks"].items() if isinstance(check, dict) and not check["ok"]]
     config = result["config"]
     notes = [
-        f"{config['engine']} engine, {config['resolution']} at {config['fps']} fps, {config['sessions']} sessions, "
+        f"{config['engine']} engine, {result['allocator']} allocator, "
+        f"{config['resolution']} at {config['fps']} fps, {config['sessions']} sessions, "
         f"{result['cycles']} cycles of {config['hold_s']:g} s in {config['minutes']:g} min; "
         f"RSS per cycle {result['rss_per_cycle_mb']} MB",
         "checks: all passed" if not failed else f"checks failed: {', '.join(failed)}",

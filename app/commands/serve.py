@@ -2,6 +2,7 @@
 
 import argparse
 import logging
+import os
 import signal
 import socket
 import sys
@@ -18,6 +19,7 @@ if TYPE_CHECKING:
     from app.server.settings import ServerSettings
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+log = logging.getLogger(__name__)
 
 
 # The content gate's policy in force, as the banner says it (docs/guides/content-gate.md).
@@ -92,12 +94,14 @@ def run(args: argparse.Namespace) -> int:
 
     from app.auth.access import Access
     from app.auth.redact import install_redaction
+    from app.runtime.allocator import current_allocator
     from app.server.app import create_app
     from app.server.connections import uvicorn_options
     from app.server.draining_server import DrainingServer
     from app.server.state import ServerState
     from app.settings_catalog import unknown_warnings
 
+    use_allocator(allocator_setting())  # may re-execute this process: before any output, socket or model
     for line in unknown_warnings():  # a misspelt setting would otherwise be ignored without a word
         print(line, file=sys.stderr)
     settings = build_settings(args)
@@ -137,6 +141,7 @@ def run(args: argparse.Namespace) -> int:
             audit = settings.access.audit_log or "off (SWAPCAST_AUDIT_LOG=stdout or a file)"
             print(f"  audit log   {audit}", flush=True)
             print(f"  content     {CONTENT_NOTES[state.content_policy]}", flush=True)
+            print(f"  allocator   {current_allocator()}", flush=True)
             print("  loading models; /readyz answers 200 once they are warm", flush=True)
         if state.ready and "ready" not in announced:
             announced.add("ready")
@@ -185,6 +190,37 @@ def run(args: argparse.Namespace) -> int:
             signal.signal(sig, handler)
     print("swapcast: stopped", flush=True)
     return 0
+
+
+def allocator_setting() -> str:
+    """SWAPCAST_ALLOCATOR, read before the full settings (whose errors `build_settings` reports)."""
+    from app.server.settings import ServerSettings
+
+    try:
+        return ServerSettings().allocator
+    except ValidationError:
+        return "auto"
+
+
+def use_allocator(choice: str) -> None:
+    """Re-execute this process once with jemalloc preloaded when `choice` asks for it and the library is there
+    (app/runtime/allocator.py); otherwise go on with the allocator in place, never failing for it."""
+    from app.runtime.allocator import exec_with, reexec_library
+
+    library, why = reexec_library(choice, os.environ)
+    if library is None:
+        if choice == "jemalloc" and "already loaded" not in why:
+            log.warning("SWAPCAST_ALLOCATOR=jemalloc: %s", why)
+        else:
+            log.info("allocator: %s", why)
+        return
+    log.info("allocator: %s", why)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    try:
+        exec_with(library, sys.orig_argv, sys.executable)
+    except OSError as exc:  # the process is still this one: go on with glibc's malloc
+        log.warning("cannot re-execute with %s (%s); system allocator", library, exc)
 
 
 def check_access(settings: "ServerSettings") -> None:

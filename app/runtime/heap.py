@@ -5,7 +5,7 @@ what they used in its arenas (one per thread that allocated, up to eight per cor
 the server's resident size then stays at its high-water mark after every client has left, and grows with the
 arenas' fragmentation. `malloc_trim(0)` returns the free pages of every arena. It runs on a thread of its own,
 a moment after the end it was asked for (ends close together share one trim), never on the event loop. On a C
-library without it (musl, macOS) nothing is done.
+library without it (musl, macOS), or with jemalloc as the allocator (app/runtime/allocator.py), nothing is done.
 """
 
 from __future__ import annotations
@@ -17,12 +17,16 @@ import threading
 import time
 from collections.abc import Callable
 
+from app.runtime.allocator import jemalloc_loaded
+
 log = logging.getLogger(__name__)
 
 DELAY_S = 2.0  # after an end, for its threads to finish and its buffers to be freed
 
 
 def _libc_trim() -> Callable[[int], int] | None:
+    if jemalloc_loaded():  # glibc's arenas then hold next to nothing; jemalloc returns pages on its own (decay)
+        return None
     name = ctypes.util.find_library("c")
     if name is None:
         return None

@@ -205,6 +205,16 @@ class ServerSettings(BaseSettings):
         10.0, gt=0, description="A session whose input delivers no frame for this long ends."
     )
     shutdown_grace_s: float = Field(5.0, gt=0, description="At shutdown, how long sessions and streams get to close.")
+    # glibc's malloc fragments across its arenas as clients join and leave; jemalloc far less (measured in
+    # docs/operations/benchmarks.md, "Long runs"). It must be in place before the first allocation, so serve
+    # re-executes itself (app/runtime/allocator.py).
+    allocator: Literal["auto", "system", "jemalloc"] = Field(
+        "auto",
+        description=(
+            "C allocator of `swapcast serve`: auto and jemalloc re-execute it once with libjemalloc preloaded when "
+            "that is installed (jemalloc warns when it is not); system keeps glibc's malloc."
+        ),
+    )
     # HTTP connections (app/server/connections.py): a request's headers must arrive within header_timeout_s, an
     # idle keep-alive connection closes after keep_alive_s, and at most max_connections are open (per client
     # address: max_connections_per_client); beyond those a connection gets 503 and is closed.

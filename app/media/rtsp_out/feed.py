@@ -83,7 +83,9 @@ class AudAppender:
             pad.push(out)
         finally:
             self._inside = False
-        return Gst.PadProbeReturn.HANDLED
+        # DROP, not HANDLED: the pad unrefs the encoder's buffer only for DROP (HANDLED leaves that to the probe,
+        # which Python cannot do), and every encoded frame of every played path would leak.
+        return Gst.PadProbeReturn.DROP
 
 
 class EncoderFeed(AppsrcFeeder[tuple[OutputFrame | None, bool, Any]]):

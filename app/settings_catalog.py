@@ -51,6 +51,7 @@ OTHER_VARIABLES = frozenset(
         "SWAPCAST_MEDIA_1",
         "SWAPCAST_MEDIA_2",
         "SWAPCAST_TRITON_VENV",  # the Triton backend tests
+        "SWAPCAST_ALLOCATOR_REEXEC",  # set by serve for its re-executed self (app/runtime/allocator.py)
     }
 )
 # Defaults that depend on the machine, as the reference page states them.

@@ -3,6 +3,7 @@ preloaded, so it is in the server's own memory map; system keeps glibc's malloc.
 
 import os
 import signal
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -27,6 +28,7 @@ def serve_maps(model_root: Path, tmp_path: Path, allocator: str) -> tuple[str, l
         "app.commands.serve",
         ["--port", "0", "--no-rtsp", "--identity-dir", str(tmp_path / "id")],
         model_root,
+        stderr=subprocess.STDOUT,  # warnings too: the marker the re-execution sets is no unknown setting
         SWAPCAST_ALLOCATOR=allocator,
     )
     try:
@@ -48,6 +50,7 @@ def test_serve_reexecutes_itself_with_jemalloc(model_root: Path, tmp_path: Path,
     assert "libjemalloc" in maps
     assert "  allocator   jemalloc" in lines, lines
     assert sum(line.startswith("swapcast serving on") for line in lines) == 1, lines
+    assert not [line for line in lines if "is not a setting" in line], lines
 
 
 @pytest.mark.slow

@@ -129,7 +129,7 @@ def _measure(name: str, max_pixels: int, path: str) -> UploadCost:
         encode_stored(image)
         status, detail = 200, f"decoded to {image.shape[1]}x{image.shape[0]}"
     except ImageRejected as exc:
-        status, detail = exc.status, exc.reason
+        status, detail = exc.status, str(exc)
     seconds = time.perf_counter() - start
     return UploadCost(name, len(data), status, detail, round(seconds, 3), round(base, 1), round(_peak_mb(), 1))
 

@@ -100,7 +100,7 @@ def enrol_photos(
         try:
             image, info = decode_image(upload.data, max_pixels)
         except ImageRejected as exc:
-            raise ImageRejected(exc.status, prefix + exc.reason) from None
+            raise ImageRejected(exc.status, prefix + str(exc)) from None
         if screen is not None:
             try:
                 screen(image)

@@ -15,6 +15,7 @@ import numpy as np
 from PIL import Image as PilImage
 from PIL import ImageOps, UnidentifiedImageError
 
+from app.errors import StatusError
 from app.pipeline.types import Image
 
 FORMATS = {"jpeg": "image/jpeg", "png": "image/png", "webp": "image/webp"}
@@ -29,13 +30,8 @@ _SIXTEEN_BIT = ("I;16", "I;16B", "I;16L", "I;16N", "I")
 _ROWS_PER_BLOCK = 512
 
 
-class ImageRejected(Exception):
+class ImageRejected(StatusError):
     """An upload that is not an acceptable photo; `status` is the HTTP status to answer with."""
-
-    def __init__(self, status: int, reason: str) -> None:
-        super().__init__(reason)
-        self.status = status
-        self.reason = reason
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TypeVar
 
+from app.errors import StatusError
+
 T = TypeVar("T")
 
 
@@ -17,12 +19,8 @@ class Usage:
     bytes: int
 
 
-class QuotaExceeded(Exception):
+class QuotaExceeded(StatusError):
     """An upload over its owner's quota; `status` is 409 for the count, 413 for the bytes."""
-
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status = status
 
 
 @dataclass(frozen=True)

@@ -14,9 +14,8 @@ from fastapi.responses import JSONResponse
 
 from app.auth.viewer_tokens import TooManyViewerTokens
 from app.channels.store import ChannelExists, ChannelNameInvalid
+from app.errors import StatusError
 from app.identity.consent import ConsentInvalid
-from app.identity.images import ImageRejected
-from app.identity.quota import QuotaExceeded
 from app.identity.store import IdentityNotFound, IdentityUnreadable, StoreFull
 from app.media.peer import MediaUnavailable, OfferError
 from app.media.push_destination import DestinationInvalid
@@ -72,9 +71,8 @@ def install_error_handlers(app: FastAPI, settings: ServerSettings) -> None:
 
         return handle
 
-    async def image_rejected(_request: Request, exc: Exception) -> JSONResponse:
-        status = exc.status if isinstance(exc, ImageRejected) else 422
-        return answer(status, str(exc))
+    async def chosen_status(_request: Request, exc: Exception) -> JSONResponse:
+        return answer(exc.status if isinstance(exc, StatusError) else 500, str(exc))
 
     async def not_ready(_request: Request, exc: Exception) -> JSONResponse:
         return answer(503, f"not ready: {exc}", retry_after(settings))
@@ -89,9 +87,6 @@ def install_error_handlers(app: FastAPI, settings: ServerSettings) -> None:
         wait = exc.retry_after_s if isinstance(exc, RateLimited) else settings.retry_after_s
         return answer(429, str(exc), {"Retry-After": str(wait)})
 
-    async def over_quota(_request: Request, exc: Exception) -> JSONResponse:
-        return answer(exc.status if isinstance(exc, QuotaExceeded) else 409, str(exc))
-
     async def invalid_request(_request: Request, exc: Exception) -> JSONResponse:
         errors = exc.errors() if isinstance(exc, RequestValidationError) else []
         return answer(422, validation_detail(errors))
@@ -99,8 +94,7 @@ def install_error_handlers(app: FastAPI, settings: ServerSettings) -> None:
     app.add_exception_handler(RequestValidationError, invalid_request)
     for error, status in STATUS_OF.items():
         app.add_exception_handler(error, fixed(status))
-    app.add_exception_handler(ImageRejected, image_rejected)
+    app.add_exception_handler(StatusError, chosen_status)  # ImageRejected, QuotaExceeded
     app.add_exception_handler(NotReady, not_ready)
     app.add_exception_handler(AdmissionError, no_room)
     app.add_exception_handler(RateLimited, rate_limited)
-    app.add_exception_handler(QuotaExceeded, over_quota)

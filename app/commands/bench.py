@@ -2,10 +2,10 @@
 
 import argparse
 
-from app.commands.arguments import counts, names, positive_int
+from app.commands.arguments import counts, positive_int
 from app.commands.bench_args import check_bench_args, print_report
 from app.commands.from_args import picked
-from app.commands.options import add_output_argument
+from app.commands.options import add_output_argument, add_resolutions_argument
 
 
 def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
@@ -14,7 +14,7 @@ def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None
     p.add_argument("--recognizer-model", default="reference_recognizer")
     p.add_argument("--enhancer", default=None, help="Real-ESRGAN model name to include the enhance stage")
     p.add_argument("--frames", type=positive_int, default=4, help="frames per scenario")
-    p.add_argument("--resolutions", type=names, default=("720p", "1080p"), help="comma list: 720p,1080p")
+    add_resolutions_argument(p, ("720p", "1080p"))
     p.add_argument("--faces", type=counts(1, 6), default=(1, 3), help="comma list of face counts (1 to 6)")
     p.add_argument("--threads", type=positive_int, default=None, help="inference threads (default: all cores)")
     p.add_argument("--no-reference", action="store_true", help="skip the reference path")

@@ -20,6 +20,14 @@ def check_bench_args(resolutions: Iterable[str], known: Collection[str], output:
         raise UserError(f"output directory does not exist: {output.parent}")
 
 
+def chosen(requested: tuple[str, ...], known: Collection[str], noun: str) -> tuple[str, ...]:
+    """`requested` when it names at least one of `known` and nothing else; else the user's error."""
+    unknown = [name for name in requested if name not in known]
+    if unknown or not requested:
+        raise UserError(f"unknown {noun} {unknown[0] if unknown else ''!r}; choose from {', '.join(known)}")
+    return requested
+
+
 def print_report(result: object, output: Path | None) -> int:
     """`result` as indented JSON, written to `output` (when given) and then to stdout; the exit status."""
     text = json.dumps(result, indent=2)

@@ -3,15 +3,15 @@
 import argparse
 from typing import cast, get_args
 
-from app.commands.arguments import counts, int_between, names, names_from
+from app.commands.arguments import counts, int_between, names_from
 from app.commands.bench_args import check_bench_args, print_report
-from app.commands.options import add_output_argument
+from app.commands.options import add_output_argument, add_resolutions_argument
 from app.settings import X264Preset
 
 
 def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
     p = sub.add_parser("bench-encoder", help="H.264 encode time vs PSNR/SSIM per x264 preset, JSON out")
-    p.add_argument("--resolutions", type=names, default=("480p", "720p"), help="comma list: 480p,720p")
+    add_resolutions_argument(p, ("480p", "720p"))
     p.add_argument(
         "--presets",
         type=names_from(get_args(X264Preset), "preset"),

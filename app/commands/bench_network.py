@@ -2,13 +2,17 @@
 cap, outages) through an impairing UDP relay; fps, freezes, latency and bitrate, each against the clean run."""
 
 import argparse
-from pathlib import Path
 from typing import Any
 
-from app.commands.arguments import int_between, names_from, non_negative_float, non_negative_int, one_of, positive_float
+from app.commands.arguments import names_from, non_negative_float, non_negative_int, positive_float
 from app.commands.bench_args import check_bench_args, run_and_report, text_table
 from app.commands.from_args import picked
-from app.names import SWAP_ENGINES
+from app.commands.options import (
+    add_fps_argument,
+    add_output_argument,
+    add_resolution_argument,
+    add_server_engine_argument,
+)
 
 PATHS = ("session", "whep", "rtsp-udp", "rtsp-tcp")
 PROFILES = ("clean", "loss1", "loss5", "burst2", "jitter40", "cap1.5", "outage3", "outage40")
@@ -30,15 +34,10 @@ def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None
     p.add_argument(
         "--warmup", type=non_negative_float, default=2.0, help="clean seconds streamed before each profile (default 2)"
     )
-    p.add_argument("--resolution", default="480p", help="480p or 720p (default 480p)")
-    p.add_argument("--fps", type=int_between(1, 60), default=30, help="frames per second the client sends (default 30)")
+    add_resolution_argument(p)
+    add_fps_argument(p, 30, "the client")
     p.add_argument("--seed", type=non_negative_int, default=1, help="seed of the relay's losses (default 1)")
-    p.add_argument(
-        "--engine",
-        type=one_of(SWAP_ENGINES, "engine"),
-        default="mesh",
-        help="the server's swap engine (default mesh, the one users get)",
-    )
+    add_server_engine_argument(p)
     p.add_argument(
         "--paths",
         type=names_from(PATHS, "path"),
@@ -54,7 +53,7 @@ def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None
         help="the client's receivers give up lost packets and ask for keyframes as the server's do (as a "
         "browser does); default: aiortc's own receivers",
     )
-    p.add_argument("--output", type=Path, default=None, help="also write the JSON here")
+    add_output_argument(p)
     p.set_defaults(func=run)
 
 

@@ -3,10 +3,10 @@
 import argparse
 import sys
 
-from app.commands.arguments import counts, int_between, names, names_from, non_negative_float, one_of, positive_float
+from app.commands.arguments import counts, names_from, non_negative_float, one_of, positive_float
 from app.commands.bench_args import check_bench_args, print_report
 from app.commands.from_args import picked
-from app.commands.options import add_output_argument
+from app.commands.options import add_fps_argument, add_output_argument, add_resolutions_argument
 from app.names import SWAP_ENGINES
 
 CODECS = ("H264", "VP8")
@@ -19,7 +19,7 @@ def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None
         "--warmup", type=non_negative_float, default=1.5, help="seconds streamed before measuring (default 1.5)"
     )
     p.add_argument("--sessions", type=counts(1, 16), default=(1, 2, 4), help="comma list of concurrent sessions")
-    p.add_argument("--resolutions", type=names, default=("480p", "720p"), help="comma list: 480p,720p")
+    add_resolutions_argument(p, ("480p", "720p"))
     p.add_argument(
         "--engines",
         type=names_from(SWAP_ENGINES, "engine"),
@@ -30,9 +30,7 @@ def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None
     p.add_argument(
         "--codec", type=one_of(CODECS, "codec", upper=True), default="H264", help="H264 or VP8 (default H264)"
     )
-    p.add_argument(
-        "--fps", type=int_between(1, 60), default=30, help="frames per second each client sends (default 30)"
-    )
+    add_fps_argument(p, 30, "each client")
     p.add_argument(
         "--no-face-lost", action="store_true", help="skip counting frames that reveal the real face (~1 min)"
     )

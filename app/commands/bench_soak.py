@@ -3,13 +3,17 @@ RTSP pullers, a channel, identity switches, uploads and deletes); its memory, th
 connections sampled all along, their growth per hour and whether they come back once the clients leave."""
 
 import argparse
-from pathlib import Path
 from typing import Any
 
 from app.commands.arguments import int_between, non_negative_float, one_of, positive_float
 from app.commands.bench_args import check_bench_args, run_and_report, text_table
 from app.commands.from_args import picked
-from app.names import SWAP_ENGINES
+from app.commands.options import (
+    add_fps_argument,
+    add_output_argument,
+    add_resolution_argument,
+    add_server_engine_argument,
+)
 
 
 def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
@@ -25,10 +29,8 @@ def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None
     p.add_argument("--hold", type=positive_float, default=30.0, help="seconds the clients stay each cycle (default 30)")
     p.add_argument("--window", type=positive_float, default=60.0, help="seconds per fps/latency window (default 60)")
     p.add_argument("--sample", type=positive_float, default=5.0, help="seconds between samples (default 5)")
-    p.add_argument("--resolution", default="480p", help="480p or 720p (default 480p)")
-    p.add_argument(
-        "--fps", type=int_between(1, 60), default=15, help="frames per second each source sends (default 15)"
-    )
+    add_resolution_argument(p)
+    add_fps_argument(p, 15, "each source")
     p.add_argument(
         "--malloc-arena-max",
         type=int_between(1, 64),
@@ -41,10 +43,8 @@ def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None
         default="system",
         help="the server's C allocator: glibc's malloc, or jemalloc preloaded (libjemalloc2; default system)",
     )
-    p.add_argument(
-        "--engine", type=one_of(SWAP_ENGINES, "engine"), default="mesh", help="the server's swap engine (default mesh)"
-    )
-    p.add_argument("--output", type=Path, default=None, help="also write the JSON here")
+    add_server_engine_argument(p)
+    add_output_argument(p)
     p.set_defaults(func=run)
 
 

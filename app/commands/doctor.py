@@ -3,11 +3,10 @@ when `swapcast serve` (with the same options) can start, 1 when it cannot."""
 
 import argparse
 import json
-from pathlib import Path
 
 from pydantic import ValidationError
 
-from app.commands.arguments import port
+from app.commands.options import add_serving_arguments
 from app.errors import UserError, invalid_setting
 
 SYMBOLS = {"ok": "ok     ", "missing": "missing", "warn": "warn   ", "fail": "FAIL   "}
@@ -15,9 +14,7 @@ SYMBOLS = {"ok": "ok     ", "missing": "missing", "warn": "warn   ", "fail": "FA
 
 def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
     p = sub.add_parser("doctor", help="what works on this machine and how to fix what does not; 0 when serve can start")
-    p.add_argument("--host", default=None, help="check serving on this address (default: SWAPCAST_HOST)")
-    p.add_argument("--port", type=port, default=None, help="check this HTTP port (default: SWAPCAST_PORT)")
-    p.add_argument("--identity-dir", type=Path, default=None, help="check this identity directory")
+    add_serving_arguments(p)
     p.add_argument("--json", action="store_true", help="print a JSON list instead of lines")
     p.set_defaults(func=run)
 

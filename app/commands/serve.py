@@ -6,13 +6,12 @@ import os
 import signal
 import socket
 import sys
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from pydantic import ValidationError
 
 from app.commands.arguments import port, positive_int
-from app.commands.options import add_engine_argument
+from app.commands.options import add_engine_argument, add_serving_arguments
 from app.errors import UserError, invalid_setting
 
 if TYPE_CHECKING:
@@ -32,14 +31,12 @@ CONTENT_NOTES = {
 
 def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
     p = sub.add_parser("serve", help="run the streaming server (web page, WebRTC, RTSP for OBS)")
-    p.add_argument("--host", default=None, help="address to listen on (default 127.0.0.1; 0.0.0.0 for all)")
-    p.add_argument("--port", type=port, default=None, help="HTTP port (default 8000; 0 picks a free one)")
+    add_serving_arguments(p)
     p.add_argument("--rtsp-port", type=port, default=None, help="RTSP port (default 8554)")
     p.add_argument("--no-rtsp", action="store_true", help="do not start the RTSP output")
     p.add_argument("--srt-port", type=port, default=None, help="UDP port of the channels' SRT output (default off)")
     p.add_argument("--public-host", default=None, help="host name to put in printed and returned URLs")
     add_engine_argument(p)
-    p.add_argument("--identity-dir", type=Path, default=None, help="where identities are stored")
     p.add_argument("--max-sessions", type=positive_int, default=None, help="concurrent WebRTC sessions (default 4)")
     p.add_argument("--allow-file-sources", action="store_true", help="let /v1/streams read local video files")
     p.set_defaults(func=run)

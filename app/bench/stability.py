@@ -5,18 +5,21 @@ t1's, the clips are the astronaut's (app.bench.occlusion_bench, app.bench.flicke
 """
 
 import time
+from collections.abc import Iterable
 from dataclasses import replace
 from typing import Any
 
 from app.bench import flicker_bench, occlusion_bench
 from app.media.clips import load_sample
 from app.pipeline.factory import build_pipeline
+from app.pipeline.pipeline import FramePipeline
+from app.pipeline.swap import PreparedSource
 from app.settings import PipelineSettings
 from engines.store import ModelStore
 
 
 def measure(
-    engine: str,
+    engines: Iterable[str],
     store: ModelStore,
     *,
     frames: int = 40,
@@ -26,38 +29,48 @@ def measure(
     raw_landmarks: bool = False,
     threads: int | None = None,
 ) -> dict[str, Any]:
-    """{"occlusion": figures or None, "flicker": rows}; `raw_landmarks` adds the mesh engine's clips without
-    its One-Euro smoothing (what the smoothing buys)."""
+    """{"occlusion": {engine: figures}, "flicker": rows} over `engines` (each flicker row names its engine);
+    `raw_landmarks` adds the mesh engine's clips without its One-Euro smoothing (what the smoothing buys)."""
     extra: dict[str, Any] = {"threads": threads} if threads else {}
-    off = build_pipeline(PipelineSettings(engine=engine, faces="largest", occlusion="off", **extra), store)
     hands: dict[str, Any] = {"occlusion": "hands", "hand_model": hand_model}
-    on = (
-        build_pipeline(PipelineSettings(engine=engine, faces="largest", **hands, **extra), store) if occlusion else None
-    )
-    result: dict[str, Any] = {"occlusion": None, "flicker": []}
-    try:
-        source = off.prepare_source(load_sample("t1"))
-        if on is not None:
-            result["occlusion"] = {"hand_model": hand_model, **occlusion_bench.run(off, on, source, frames)}
-        if not flicker:
-            return result
-        (faces,) = off.detector.process([load_sample("astronaut")])
-        truth = faces[0].landmarks
-        # Only tracked dense landmarks (mesh) are One-Euro smoothed; the others' five points are the tracker's
-        # Kalman-filtered ones either way.
-        variants = [("one-euro" if engine == "mesh" else "kalman", off.config)]
-        if engine == "mesh" and raw_landmarks:
-            variants.append(("raw", replace(off.config, smoothing=None)))
-        for label, config in variants:
-            off.config = config
-            for spec in flicker_bench.CLIPS:
-                row, _ = flicker_bench.run_clip(engine, off, source, spec, truth, time.perf_counter)
-                result["flicker"].append({**flicker_bench.rows_as_dicts([row])[0], "landmarks": label})
-    finally:
-        off.close()
-        if on is not None:
-            on.close()
-    return result
+    report: dict[str, Any] = {"occlusion": {}, "flicker": []}
+    for engine in engines:
+        off = build_pipeline(PipelineSettings(engine=engine, faces="largest", occlusion="off", **extra), store)
+        on = (
+            build_pipeline(PipelineSettings(engine=engine, faces="largest", **hands, **extra), store)
+            if occlusion
+            else None
+        )
+        try:
+            source = off.prepare_source(load_sample("t1"))
+            if on is not None:
+                report["occlusion"][engine] = {"hand_model": hand_model, **occlusion_bench.run(off, on, source, frames)}
+            if flicker:
+                report["flicker"] += _flicker_rows(engine, off, source, raw_landmarks)
+        finally:
+            off.close()
+            if on is not None:
+                on.close()
+    return report
+
+
+def _flicker_rows(
+    engine: str, pipeline: FramePipeline, source: PreparedSource, raw_landmarks: bool
+) -> list[dict[str, Any]]:
+    (faces,) = pipeline.detector.process([load_sample("astronaut")])
+    truth = faces[0].landmarks
+    # Only tracked dense landmarks (mesh) are One-Euro smoothed; the others' five points are the tracker's
+    # Kalman-filtered ones either way.
+    variants = [("one-euro" if engine == "mesh" else "kalman", pipeline.config)]
+    if engine == "mesh" and raw_landmarks:
+        variants.append(("raw", replace(pipeline.config, smoothing=None)))
+    rows = []
+    for label, config in variants:
+        pipeline.config = config
+        for spec in flicker_bench.CLIPS:
+            row, _ = flicker_bench.run_clip(engine, pipeline, source, spec, truth, time.perf_counter)
+            rows.append({**flicker_bench.rows_as_dicts([row])[0], "landmarks": label})
+    return rows
 
 
 def occlusion_figures(report: dict[str, Any]) -> dict[str, float]:

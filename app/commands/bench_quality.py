@@ -11,6 +11,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from app.commands.arguments import add_hand_clip_options, comma_list
+from app.commands.bench_args import chosen
+from app.commands.from_args import picked
+from app.commands.options import add_engine_list_argument
 from app.errors import UserError
 
 if TYPE_CHECKING:
@@ -22,11 +25,8 @@ SECTIONS = ("likeness", "occlusion", "flicker")
 
 def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
     p = sub.add_parser("bench-quality", help="swap quality per engine: identity, landmark and eye/mouth errors")
-    p.add_argument(
-        "--engines",
-        type=comma_list,
-        default=None,
-        help="comma list (default: passthrough,classic,mesh, and inswapper when its weights are present)",
+    add_engine_list_argument(
+        p, "comma list (default: passthrough,classic,mesh, and inswapper when its weights are present)"
     )
     p.add_argument("--pairs", type=int, default=None, help="use only this many (source, target) pairs")
     p.add_argument("--out", type=Path, default=Path("bench-quality"), help="folder for quality.json and grid.png")
@@ -50,19 +50,7 @@ def _engines(requested: tuple[str, ...] | None) -> tuple[str, ...]:
         settings, store = PipelineSettings(), open_model_store()
         present = all(store.status(n) == "verified" for n in (settings.swapper_model, settings.recognizer_model))
         return ("passthrough", "classic", "mesh", *(("inswapper",) if present else ()))
-    unknown = [name for name in requested if name not in KNOWN]
-    if unknown or not requested:
-        raise UserError(f"unknown engine {unknown[0] if unknown else ''!r}; choose from {', '.join(KNOWN)}")
-    return requested
-
-
-def _sections(requested: tuple[str, ...] | None) -> tuple[str, ...]:
-    if requested is None:
-        return SECTIONS
-    unknown = [name for name in requested if name not in SECTIONS]
-    if unknown or not requested:
-        raise UserError(f"unknown section {unknown[0] if unknown else ''!r}; choose from {', '.join(SECTIONS)}")
-    return requested
+    return chosen(requested, KNOWN, "engine")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -72,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
         raise UserError("--grid-rows must not be negative")
     if args.threads is not None and args.threads < 1:
         raise UserError("--threads must be at least 1")
-    sections = _sections(args.sections)
+    sections = SECTIONS if args.sections is None else chosen(args.sections, SECTIONS, "section")
     names = _engines(args.engines)
 
     from app.bench import targets
@@ -92,23 +80,19 @@ def run(args: argparse.Namespace) -> int:
     if {"occlusion", "flicker"} & set(sections):
         from app.bench.stability import flicker_figures, measure, occlusion_figures
 
-        report["occlusion"], report["flicker"] = {}, []
+        report |= measure(
+            moving,
+            store,
+            **picked(args, "frames", "hand_model", "threads"),
+            occlusion="occlusion" in sections,
+            flicker="flicker" in sections,
+        )
         for name in moving:
-            got = measure(
-                name,
-                store,
-                frames=args.frames,
-                hand_model=args.hand_model,
-                occlusion="occlusion" in sections,
-                flicker="flicker" in sections,
-                threads=args.threads,
-            )
-            if got["occlusion"] is not None:
-                report["occlusion"][name] = got["occlusion"]
-                rows += targets.rows("occlusion", name, occlusion_figures(got["occlusion"]))
-            if got["flicker"]:
-                report["flicker"] += got["flicker"]
-                rows += targets.rows("flicker", name, flicker_figures(got["flicker"]))
+            if name in report["occlusion"]:
+                rows += targets.rows("occlusion", name, occlusion_figures(report["occlusion"][name]))
+            flicker = [row for row in report["flicker"] if row["engine"] == name]
+            if flicker:
+                rows += targets.rows("flicker", name, flicker_figures(flicker))
     report["rows"] = rows
     text = json.dumps(report, indent=2)
     write_bytes_atomic(args.out / "quality.json", (text + "\n").encode("utf-8"))

@@ -53,8 +53,7 @@ def add_commands(actions: argparse._SubParsersAction[argparse.ArgumentParser]) -
     ds.set_defaults(func=run_dataset)
 
     pr = actions.add_parser("prune", help="structured channel pruning with a sensitivity scan")
-    pr.add_argument("--data", type=Path, required=True, help="a folder made by `swapcast engines dataset`")
-    pr.add_argument("--out", type=Path, required=True)
+    _folders(pr)
     pr.add_argument("--model", default=DEFAULT_TEACHER, help="model name or ONNX file (default %(default)s)")
     pr.add_argument("--name", default=None, help="output file stem (default MODEL_pruned)")
     pr.add_argument("--target", type=open_fraction, default=0.3, help="fraction of the budget to remove (default 0.3)")
@@ -69,8 +68,7 @@ def add_commands(actions: argparse._SubParsersAction[argparse.ArgumentParser]) -
     pr.set_defaults(func=run_prune)
 
     di = actions.add_parser("distill", help="distil the dataset's teacher into a smaller network")
-    di.add_argument("--data", type=Path, required=True, help="a folder made by `swapcast engines dataset`")
-    di.add_argument("--out", type=Path, required=True)
+    _folders(di)
     di.add_argument("--name", default="student")
     di.add_argument("--student", default="srvgg:64x16", help="srvgg:FEATURESxCONVS (default %(default)s)")
     di.add_argument("--student-from", type=Path, default=None, help="start from this ONNX or .pt network instead")
@@ -92,8 +90,7 @@ def add_commands(actions: argparse._SubParsersAction[argparse.ArgumentParser]) -
     sw.set_defaults(func=run_distill_swap)
 
     rp = actions.add_parser("report", help="markdown/JSON table and PNG grid of variants against the teacher")
-    rp.add_argument("--data", type=Path, required=True, help="a folder made by `swapcast engines dataset`")
-    rp.add_argument("--out", type=Path, required=True)
+    _folders(rp)
     rp.add_argument("--teacher", default=DEFAULT_TEACHER, help="model name or ONNX file")
     rp.add_argument("--variant", action="append", default=[], metavar="NAME=FILE", help="repeat for each variant")
     rp.add_argument("--size", type=positive_int, default=64, help="input side for GMAC and latency (default 64)")
@@ -102,6 +99,12 @@ def add_commands(actions: argparse._SubParsersAction[argparse.ArgumentParser]) -
     rp.add_argument("--notes", default="", help="text appended to the markdown report")
     _common(rp)
     rp.set_defaults(func=run_report)
+
+
+def _folders(p: argparse.ArgumentParser) -> None:
+    """`--data` and `--out` of a job that reads a dataset and writes models or a report."""
+    p.add_argument("--data", type=Path, required=True, help="a folder made by `swapcast engines dataset`")
+    p.add_argument("--out", type=Path, required=True)
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -190,9 +193,7 @@ def run_prune(args: argparse.Namespace) -> int:
 
     finetune = replace(_config(args), steps=args.finetune_steps) if args.finetune_steps > 0 else None
     summary = prune_model(
-        args.data,
-        args.out,
-        **picked(args, "model", "name", "target", "budget", "ratios", "threads"),
+        **picked(args, "data", "out", "model", "name", "target", "budget", "ratios", "threads"),
         compensate=not args.no_compensate,
         finetune=finetune,
         **_resume_and_progress(args),
@@ -214,9 +215,7 @@ def run_distill(args: argparse.Namespace) -> int:
     from app.engine_jobs.distill import distill_sr
 
     summary = distill_sr(
-        args.data,
-        args.out,
-        name=args.name,
+        **picked(args, "data", "out", "name"),
         student=args.student_from if args.student_from is not None else _student_shape(args.student),
         init=args.init,
         config=_config(args),
@@ -251,10 +250,8 @@ def run_report(args: argparse.Namespace) -> int:
     from app.engine_jobs.report import report_variants
 
     report = report_variants(
-        args.data,
-        args.out,
+        **picked(args, "data", "out", "teacher", "size", "runs", "grid", "notes", "threads"),
         variants=[_variant(item) for item in args.variant],
-        **picked(args, "teacher", "size", "runs", "grid", "notes", "threads"),
         progress=not args.no_progress,
     )
     sys.stdout.write(report.markdown())

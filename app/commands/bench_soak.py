@@ -14,6 +14,7 @@ from app.commands.options import (
     add_resolution_argument,
     add_server_engine_argument,
 )
+from app.runtime.allocator import NAMED_ALLOCATORS
 
 
 def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
@@ -39,7 +40,7 @@ def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None
     )
     p.add_argument(
         "--allocator",
-        type=one_of(("system", "jemalloc"), "allocator"),
+        type=one_of(NAMED_ALLOCATORS, "allocator"),
         default="system",
         help="the server's C allocator: glibc's malloc, or jemalloc preloaded (libjemalloc2; default system)",
     )

@@ -17,7 +17,9 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
-ALLOCATORS = ("auto", "system", "jemalloc")
+# `auto` takes jemalloc where it is installed; a benchmark names one of the others to know what it measured.
+NAMED_ALLOCATORS = ("system", "jemalloc")
+ALLOCATORS = ("auto", *NAMED_ALLOCATORS)
 JEMALLOC_SONAME = "libjemalloc.so.2"
 # Where Debian, Ubuntu, Fedora and source builds put it (the multiarch directory first).
 JEMALLOC_DIRS = (

@@ -38,16 +38,7 @@ def add_commands(actions: argparse._SubParsersAction[argparse.ArgumentParser]) -
         default=True,
         help="per-output-channel weight scales (default on; the detector needs them)",
     )
-    int8.add_argument(
-        "--samples", type=positive_int, default=None, help="calibration samples (default per role: 32-64)"
-    )
-    int8.add_argument(
-        "--recognizer",
-        default="auto",
-        metavar="NAME",
-        help="swappers: recognizer for the identity latents (auto: SWAPCAST_RECOGNIZER_MODEL if present; none: "
-        "random unit latents)",
-    )
+    _calibration(int8)
     int8.add_argument(
         "--target",
         choices=get_args(QdqTarget),
@@ -67,10 +58,21 @@ def add_commands(actions: argparse._SubParsersAction[argparse.ArgumentParser]) -
     trt.add_argument("--precision", choices=PRECISIONS, required=True)
     trt.add_argument("--max-batch", type=positive_int, default=32, help="largest batch the plan accepts (default 32)")
     trt.add_argument("--opt-batch", type=positive_int, default=None, help="batch the kernels are tuned for (default 8)")
-    trt.add_argument("--samples", type=positive_int, default=None, help="INT8 calibration samples")
-    trt.add_argument("--recognizer", default="auto", metavar="NAME")
+    _calibration(trt)
     trt.add_argument("--workspace-gib", type=positive_float, default=4.0)
     trt.set_defaults(func=run_build_trt)
+
+
+def _calibration(p: argparse.ArgumentParser) -> None:
+    """`--samples` and `--recognizer` of an INT8 calibration (an int8 variant, an INT8 TensorRT plan)."""
+    p.add_argument("--samples", type=positive_int, default=None, help="calibration samples (default per role: 32-64)")
+    p.add_argument(
+        "--recognizer",
+        default="auto",
+        metavar="NAME",
+        help="swappers: recognizer for the identity latents (auto: SWAPCAST_RECOGNIZER_MODEL if present; none: "
+        "random unit latents)",
+    )
 
 
 def _size(path: Path) -> str:

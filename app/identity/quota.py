@@ -48,6 +48,3 @@ class IdentityQuota:
         with self._lock:
             self.check(usage(), adding_bytes)
             return create()
-
-
-UsageOf = Callable[[str], Usage]

@@ -7,8 +7,8 @@ Counting is the `limits` library's moving window, in memory: one server process 
 
 import math
 import time
-from dataclasses import dataclass
-from typing import Literal
+from collections.abc import Mapping
+from typing import Literal, get_args
 
 from limits import RateLimitItem, parse
 from limits.storage import MemoryStorage
@@ -25,21 +25,13 @@ class RateLimited(Exception):
         self.retry_after_s = retry_after_s
 
 
-@dataclass(frozen=True)
-class RateLimits:
-    uploads: str
-    sessions: str
-    streams: str
-    credentials: str = "30/minute"
-    viewers: str = "60/minute"
+RATE_ACTIONS: tuple[Action, ...] = get_args(Action)
 
 
 class RateLimiter:
-    def __init__(self, limits: RateLimits) -> None:
-        self._items: dict[str, RateLimitItem] = {
-            action: parse(getattr(limits, action))
-            for action in ("uploads", "sessions", "streams", "credentials", "viewers")
-        }
+    def __init__(self, limits: Mapping[Action, str]) -> None:
+        """`limits`: every action's limit in the `limits` package's notation, such as "10/minute"."""
+        self._items: dict[Action, RateLimitItem] = {action: parse(limits[action]) for action in RATE_ACTIONS}
         self._limiter = MovingWindowRateLimiter(MemoryStorage())
 
     def hit(self, action: Action, principal: str, address: str) -> None:

@@ -23,8 +23,9 @@ from app.identity.embedder import REFERENCE, build_embedder, reference_preparer
 from app.identity.enrol import re_preparer
 from app.identity.eye_state import EyeOpenness, load_eye_openness
 from app.identity.images import decode_slots
-from app.identity.quota import IdentityQuota, UsageOf
+from app.identity.quota import IdentityQuota
 from app.identity.store import IdentityNotFound, IdentityStore, IdentityUnreadable, is_identity_id
+from app.identity.upload import IdentityUploads
 from app.identity.validate import PreparedSpec
 from app.media.encoder import EncoderPolicy
 from app.media.ice_bounds import IceBounds
@@ -41,7 +42,7 @@ from app.server.channels import ChannelManager
 from app.server.ingest_policy import IngestPolicy
 from app.server.media_addresses import media_host_addresses
 from app.server.output_guards import OutputGuards
-from app.server.ratelimit import RateLimiter, RateLimits
+from app.server.ratelimit import RATE_ACTIONS, RateLimiter
 from app.server.resource_errors import Unavailable
 from app.server.rtsp import RtspOutput
 from app.server.sessions import SessionManager
@@ -143,22 +144,16 @@ class ServerState:
         self.embed_executor = ThreadPoolExecutor(EMBED_WORKERS, thread_name_prefix="swapcast-embed")
         decode_slots.resize(settings.max_concurrent_decodes)
         self.store = IdentityStore(settings.identity_dir)
-        self.identity_quota = IdentityQuota(settings.max_identities, settings.max_identity_bytes)
-        # What one principal holds: the identities it created (in local mode, the local principal's).
-        self.identity_usage: UsageOf = lambda owner: self.store.usage(owner)
+        # Uploads within each principal's quota (in local mode, the local principal's).
+        self.uploads = IdentityUploads(
+            self.store, IdentityQuota(settings.max_identities, settings.max_identity_bytes), settings.max_image_pixels
+        )
         own_ports = (settings.port, settings.rtsp_port, settings.access.metrics_port or 0)  # 0: none
         self.ingest_policy = IngestPolicy.from_settings(
             settings.ingest_allowed_networks, settings.ingest_allow_private, own_ports
         )
-        self.rate_limiter = RateLimiter(
-            RateLimits(
-                uploads=settings.rate_uploads,
-                sessions=settings.rate_sessions,
-                streams=settings.rate_streams,
-                credentials=settings.rate_credentials,
-                viewers=settings.rate_viewers,
-            )
-        )
+        # Each action's limit is its SWAPCAST_RATE_<ACTION> setting.
+        self.rate_limiter = RateLimiter({action: getattr(settings, f"rate_{action}") for action in RATE_ACTIONS})
         self.provenance = Provenance(settings.provenance)
         # Every H.264 encode: sessions' (through aiortc), WHEP viewers' and the RTSP output's.
         self.encoder = EncoderPolicy(settings.encoder)

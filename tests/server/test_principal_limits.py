@@ -36,8 +36,8 @@ def test_identity_quota_is_per_principal(tmp_path: Path, pipeline_factory: Pipel
         assert full.status_code == 409 and "the limit is 1" in full.json()["detail"]
         by_bob = httpx.post(url, files=files, data=SELF_CONSENT, headers=bob, timeout=60)
         assert by_bob.status_code == 201  # bob's own quota
-        assert server.state.identity_usage("key:alice").count == 1
-        assert server.state.identity_usage("key:bob").count == 1
+        assert server.state.uploads.usage("key:alice").count == 1
+        assert server.state.uploads.usage("key:bob").count == 1
 
 
 def test_rate_limits_count_the_principal_and_the_address(tmp_path: Path, pipeline_factory: PipelineFactory) -> None:

@@ -20,7 +20,7 @@ from app.identity.consent import Consent, ConsentStatement
 from app.identity.enrol import Upload
 from app.identity.images import sniff_format
 from app.identity.store import Identity, IdentityNotFound, IdentityUnreadable, StoreFull
-from app.identity.upload import IdentityUpload, add_identity
+from app.identity.upload import IdentityUpload
 from app.identity.validate import MAX_PHOTOS
 from app.server.deps import PipelineDep, RevocationDep, StateDep, StoreDep
 from app.server.limits import capped_stream, media_type
@@ -116,20 +116,10 @@ async def create_identity(
     settings = state.settings
     state.rate_limiter.hit("uploads", principal.id, client_address(request))
     upload = await _read_upload(request, principal.id, settings.max_upload_bytes)
+    screen = state.content.screen if state.content is not None else None
     try:
         created = await asyncio.get_running_loop().run_in_executor(
-            state.control_executor,
-            functools.partial(
-                add_identity,
-                upload,
-                pipeline=pipeline,
-                store=state.store,
-                quota=state.identity_quota,
-                usage_of=state.identity_usage,
-                max_image_pixels=settings.max_image_pixels,
-                eyes=state.eyes,
-                screen=state.content.screen if state.content is not None else None,
-            ),
+            state.control_executor, functools.partial(state.uploads.add, upload, pipeline, state.eyes, screen)
         )
     except ContentRefused as exc:
         raise _content_refused(exc, principal, access) from None

@@ -9,6 +9,10 @@ another 2-3 s while ~200 more packets arrived. The same wait follows a packet wh
 `guard_receiver` replaces, on one receiver, the jitter buffer with `GuardedJitterBuffer` and its PLI sender
 with `PliLimiter`:
 
+- A packet still missing `RENACK_S` after aiortc's receiver asked for it is asked for again (NACK), every
+  `RENACK_S` until it comes or is given up: aiortc asks once, when the gap appears, and again only when a new
+  gap appears, so a lost request or a lost retransmission left the hole to the time limit below (one freeze of
+  over half a second every few seconds at 1% loss each way).
 - The first hole in the buffer (frames behind it wait) is given up once it is `GIVE_UP_S` old, counted from
   the last packet that arrived before it: after an outage that is at once, on the first packet after the
   link's return; after a loss, time for a retransmission and a second request. The buffer then skips past
@@ -41,6 +45,8 @@ log = logging.getLogger(__name__)
 
 CAPACITY = 512  # aiortc's: a keyframe of a large frame needs the room
 GIVE_UP_S = 0.5  # a hole this old (from the last arrival before it) is not coming any more
+RENACK_S = 0.1  # a packet still missing this long after it was asked for is asked for again (a home link's RTT)
+RENACK_MAX = 64  # sequence numbers in one repeated request at most (the oldest first)
 PLI_INTERVAL_S = 1.0  # at most one keyframe request per interval
 _BUFFER_ATTRIBUTE = "_RTCRtpReceiver__jitter_buffer"  # where aiortc's receiver keeps its buffer
 
@@ -67,6 +73,7 @@ class RecoveryCounts:
     keyframes: int = 0  # keyframes passed on
     pli_sent: int = 0
     pli_deferred: int = 0  # requests that came within the interval (sent later, or made needless by a keyframe)
+    nacks_repeated: int = 0  # NACKs sent again for packets still missing after RENACK_S
 
     def as_dict(self) -> dict[str, int]:
         return dict(self.__dict__)
@@ -81,9 +88,14 @@ class GuardedJitterBuffer(JitterBuffer):
         give_up_s: float = GIVE_UP_S,
         counts: RecoveryCounts | None = None,
         clock: Callable[[], float] = time.monotonic,
+        renack: Callable[[int, list[int]], None] | None = None,
+        renack_s: float = RENACK_S,
     ) -> None:
         super().__init__(capacity, is_video=True)
         self.give_up_s = give_up_s
+        self.renack_s = renack_s
+        self._renack = renack  # (media SSRC, sequence numbers): send a NACK for them again
+        self._renacked_at = float("-inf")
         self.counts = counts if counts is not None else RecoveryCounts()
         self._clock = clock
         self._newest: int | None = None
@@ -106,6 +118,8 @@ class GuardedJitterBuffer(JitterBuffer):
             self._skip_hole(hole)
             self.awaiting_keyframe = pli = True
             frame = self._remove_frame(seq)
+        elif self._renack is not None and now - self._renacked_at >= self.renack_s:
+            self._ask_again(packet.ssrc, now)
         if frame is not None and self.awaiting_keyframe:
             if is_keyframe(frame.data):
                 self.awaiting_keyframe = False
@@ -131,6 +145,20 @@ class GuardedJitterBuffer(JitterBuffer):
         else:
             self._missing_since.pop(seq, None)
         self._last_arrival = now
+
+    def _ask_again(self, ssrc: int, now: float) -> None:
+        """NACK again the packets of the buffer's window missing for `renack_s` or longer (the newer ones were
+        just asked for by aiortc's receiver)."""
+        origin = self._origin
+        overdue = [
+            seq
+            for seq, since in self._missing_since.items()
+            if now - since >= self.renack_s and (origin is None or not uint16_gt(origin, seq))
+        ]
+        if overdue and self._renack is not None:
+            self._renacked_at = now
+            self.counts.nacks_repeated += 1
+            self._renack(ssrc, overdue[:RENACK_MAX])
 
     def _first_hole(self) -> int | None:
         """How many packets from the head the first missing one is, while a later one is here; None if none is.
@@ -245,12 +273,20 @@ class ReceiverGuard:
 
 
 def guard_receiver(receiver: Any) -> ReceiverGuard | None:
-    """Install the guarded buffer and the PLI limiter on a video `RTCRtpReceiver` before media arrives; None
-    (with a warning, the receiver left as aiortc made it) where this aiortc keeps its buffer elsewhere."""
+    """Install the guarded buffer (asking again for packets still missing, through the receiver's own NACK
+    sender) and the PLI limiter on a video `RTCRtpReceiver` before media arrives; None (with a warning, the
+    receiver left as aiortc made it) where this aiortc keeps its buffer elsewhere."""
     if not isinstance(getattr(receiver, _BUFFER_ATTRIBUTE, None), JitterBuffer):
         log.warning("this aiortc's receiver has no jitter buffer where expected; video recovery is aiortc's own")
         return None
-    buffer = GuardedJitterBuffer()
+    tasks: set[asyncio.Task[None]] = set()
+
+    def renack(media_ssrc: int, lost: list[int]) -> None:
+        task = asyncio.ensure_future(receiver._send_rtcp_nack(media_ssrc, lost))
+        tasks.add(task)
+        task.add_done_callback(tasks.discard)
+
+    buffer = GuardedJitterBuffer(renack=renack)
     setattr(receiver, _BUFFER_ATTRIBUTE, buffer)
     limiter = PliLimiter(receiver._send_rtcp_pli, buffer)
     setattr(receiver, "_send_rtcp_pli", limiter)  # noqa: B010 (an instance's method is replaced)

@@ -4,6 +4,7 @@ test moves; keyframe requests through the limiter; and the encoder's side (reque
 per interval, estimates below the band followed down to the floor)."""
 
 import asyncio
+import time
 from dataclasses import dataclass, field
 from fractions import Fraction
 
@@ -185,5 +186,41 @@ async def _guarded() -> None:
         guard = guard_receiver(receiver)
         assert guard is not None and receiver._send_rtcp_pli is guard.pli
         assert isinstance(receiver._RTCRtpReceiver__jitter_buffer, GuardedJitterBuffer)  # type: ignore[attr-defined]
+        nacks: list[tuple[int, list[int]]] = []
+
+        async def send_nack(media_ssrc: int, lost: list[int]) -> None:
+            nacks.append((media_ssrc, lost))
+
+        receiver._send_rtcp_nack = send_nack  # type: ignore[method-assign]
+        for seq in (100, 102):  # 101 lost
+            packet = RtpPacket(payload_type=102, sequence_number=seq, timestamp=seq, ssrc=7)
+            packet._data = b"\x00\x00\x00\x01\x41"  # type: ignore[attr-defined]
+            guard.buffer.add(packet)
+        guard.buffer._ask_again(7, time.monotonic() + 1.0)  # as if a second had gone by
+        await asyncio.sleep(0)
+        assert nacks == [(7, [101])], "the missing packet is asked for again through the receiver's NACK sender"
     finally:
         await pc.close()
+
+
+def test_a_packet_still_missing_is_asked_for_again_until_it_comes(clip: list[Image]) -> None:
+    stream, receiver = Stream(clip), Receiver()
+    asked: list[list[int]] = []
+    receiver.buffer = GuardedJitterBuffer(clock=lambda: receiver.now, renack=lambda _ssrc, lost: asked.append(lost))
+    receiver.feed(stream.frame())
+    lost_frame = stream.frame()
+    receiver.feed(lost_frame[1:])  # the frame's first packet is lost, and the first request for it too
+    receiver.feed(stream.frame())
+    assert asked == [], "not before RENACK_S: aiortc's receiver has just asked"
+    for _ in range(4):  # 133 ms more
+        receiver.feed(stream.frame())
+    lost_seq = lost_frame[0].sequence_number
+    assert asked and all(lost_seq in request for request in asked), "asked for again while still missing"
+    assert asked[0] == [lost_seq], "only what has been missing that long"
+    repeats = len(asked)
+    assert receiver.buffer.counts.nacks_repeated == repeats <= 2, "at most once per RENACK_S"
+    receiver.feed(lost_frame[:1])  # the repeated request's retransmission
+    for _ in range(6):
+        receiver.feed(stream.frame())
+    assert len(asked) == repeats, "nothing more to ask for once it came"
+    assert receiver.buffer.counts.holes_given_up == 0 and receiver.pli == 0

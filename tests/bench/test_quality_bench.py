@@ -17,7 +17,6 @@ from app.bench.stability import flicker_figures, occlusion_figures
 from app.pipeline.detect import RetinaFaceDetector
 from app.pipeline.factory import build_pipeline
 from app.settings import PipelineSettings
-from engines.errors import ModelError
 from engines.store import ModelStore
 
 REPO = Path(__file__).resolve().parents[2]
@@ -98,13 +97,8 @@ def test_a_row_is_met_up_to_its_target_and_not_past_it() -> None:
 
 
 @pytest.mark.slow
-def test_bench_quality_reports_occlusion_and_flicker_rows_judged_from_the_run(
-    tmp_path: Path, model_root: Path, store: ModelStore
-) -> None:
-    try:
-        store.ensure("hand_landmark_lite")
-    except ModelError as exc:
-        pytest.skip(f"the hand model cannot be imported here: {exc}")
+@pytest.mark.usefixtures("hand_model")
+def test_bench_quality_reports_occlusion_and_flicker_rows_judged_from_the_run(tmp_path: Path, model_root: Path) -> None:
     env = {**os.environ, "SWAPCAST_MODEL_DIR": str(model_root), "PYTHONPATH": str(REPO)}
     out = tmp_path / "report"
     command = [sys.executable, "-m", "app.cli", "bench-quality", "--engines", "mesh", "--sections", "occlusion,flicker"]

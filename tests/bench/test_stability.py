@@ -9,20 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from engines.errors import ModelError
-from engines.store import ModelStore
-
 REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.slow
-def test_each_engine_gets_its_occlusion_figures_and_flicker_rows(
-    tmp_path: Path, model_root: Path, store: ModelStore
-) -> None:
-    try:
-        store.ensure("hand_landmark_lite")
-    except ModelError as exc:
-        pytest.skip(f"the hand model cannot be imported here: {exc}")
+@pytest.mark.usefixtures("hand_model")
+def test_each_engine_gets_its_occlusion_figures_and_flicker_rows(tmp_path: Path, model_root: Path) -> None:
     out = tmp_path / "stability.json"
     done = subprocess.run(
         [sys.executable, "-m", "app.cli", "bench-stability", "--engines", "classic,mesh", "--frames", "8"]

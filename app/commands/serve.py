@@ -1,6 +1,7 @@
 """`swapcast serve`: the web page, WebRTC sessions, identities and the RTSP output, started with one command."""
 
 import argparse
+import faulthandler
 import logging
 import os
 import signal
@@ -99,6 +100,9 @@ def run(args: argparse.Namespace) -> int:
     from app.settings_catalog import unknown_warnings
 
     use_allocator(allocator_setting())  # may re-execute this process: before any output, socket or model
+    # A fault in native code (a codec, a library) then writes every thread's Python stack to the log before the
+    # process dies, instead of it vanishing without a word; a supervisor restarts it (docs/operations/faults.md).
+    faulthandler.enable(sys.stderr, all_threads=True)
     for line in unknown_warnings():  # a misspelt setting would otherwise be ignored without a word
         print(line, file=sys.stderr)
     settings = build_settings(args)

@@ -26,6 +26,10 @@ from aiortc import (
 
 from app.media.advertise import advertise_host_candidates
 from app.media.ice_bounds import BoundedIce, IceBounds, ice_connections
+from app.media.padded_packets import use_padded_decoders
+
+# Every receiver of this process decodes from padded packets: aiortc's own decoders can read past a frame's end.
+use_padded_decoders()
 
 # Remote candidates an offer may list: aioice checks every pair, so 300 of them made the server send 1,722 STUN
 # packets to 300 ports of the client's choosing in 20 s. A browser lists a handful per network interface.

@@ -23,6 +23,7 @@ import av
 from av.audio.stream import AudioStream
 from av.container.output import OutputContainer
 
+from app.media.padded_packets import padded_packet
 from app.media.push_destination import Destination
 from app.media.push_encode import AUDIO_RATE, MICROSECONDS, configure_audio
 from app.media.whip_certificate import whip_certificate_options
@@ -85,7 +86,7 @@ class MuxSink:
         return True  # FFmpeg's protocols are connected once the header is written (on the first packet)
 
     def send(self, video: bool, data: bytes, pts_us: int, keyframe: bool) -> int:
-        packet = av.Packet(data)
+        packet = padded_packet(data)  # muxers and bitstream filters read past the data, as decoders do
         packet.stream = self.video if video else self.audio
         packet.time_base = MICROSECOND
         packet.pts = packet.dts = pts_us

@@ -136,6 +136,7 @@ class Run:
     session_states: list[dict[str, Any]] = field(default_factory=list)
     session_gone_at: float | None = None
     recovery: dict[str, Any] | None = None  # the server's last report of its input's recovery
+    return_recovery: dict[str, Any] | None = None  # and of what its return's sender did for the client's losses
     return_rates: list[tuple[float, dict[str, Any]]] = field(default_factory=list)  # (when, the session's)
     lifted_at: float | None = None
     relay: dict[str, dict[str, Any]] | None = None
@@ -160,6 +161,7 @@ async def _watch_session(http: httpx.AsyncClient, location: str, run: Run) -> No
             if response.status_code == 200:
                 body = response.json()
                 run.recovery = body.get("recovery")
+                run.return_recovery = body.get("return_recovery")
                 if body.get("return_rate"):
                     run.return_rates.append((time.monotonic(), body["return_rate"]))
                 state = {"state": body.get("state"), "close_reason": body.get("close_reason")}
@@ -353,6 +355,7 @@ def summarize(
         "kbps": kbps_series(run.samples, run.start),
         "relay": run.relay,
         "server_recovery": run.recovery,
+        "return_recovery": run.return_recovery,
         "return_rate": return_rate_series(run.return_rates, run.start),
         "failed": run.failed,
     }
@@ -487,7 +490,8 @@ async def _run_whep(
 
 AIORTC_LIMITS = (
     "receiver: NACK for every gap in sequence numbers (no delay, no retry limit); the sender retransmits from a "
-    "128-packet history, over RTX when negotiated",
+    "128-packet history, over RTX when negotiated (the server's session sender: from its own 1024-packet history, "
+    "and it makes the receiver ask again while it reports loss: SWAPCAST_ENCODER_RETURN_RECOVERY)",
     "receiver: PLI when the jitter buffer drops an incomplete frame or the decoder fails; never FIR",
     "sender: a new keyframe on PLI or FIR",
     "congestion feedback: REMB only (goog-remb, from abs-send-time); no transport-cc, no loss-based control: "

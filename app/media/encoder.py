@@ -19,6 +19,9 @@ bottleneck's queue. Keyframes the receiver asks for leave at most once per `keyf
 within it is answered when it ends): each is a burst, and under a cap a burst that overflows the queue makes
 the receiver ask again.
 
+For a receiver that cannot ask for lost packets (no NACK negotiated; app.media.sender_recovery says so through
+`keyframes_under_loss`), a keyframe leaves at least every half second while its receiver reports show loss.
+
 With `loss_control` on, from the client's first receiver report the rate is also the loss-based one
 (app.media.loss_control, fed by app.media.sender_feedback): never over the estimate, down on heavy loss, less
 what retransmissions send. A fall past 10% then reopens the codec (a rise, as before, past 25%): under a cap
@@ -55,6 +58,9 @@ REOPEN_FALL = 0.10  # relative fall that does
 # included, is much larger. A keyframe that does not fit a bottleneck's queue loses packets, and the receiver
 # asks for another (libwebrtc's VP8 holds a keyframe to 3 average frames; this is 6 at 30 fps).
 SESSION_BUFFER_S = 0.2
+# A receiver that cannot ask for lost packets (no NACK negotiated) is sent a keyframe at least every
+# `loss_keyframe_interval_s` while its receiver reports show loss, and for this long after the last such report.
+LOSS_KEYFRAME_WHILE_S = 2.0
 
 
 @dataclass(frozen=True)
@@ -178,14 +184,23 @@ def nvenc_failure() -> str | None:
 class LiveH264Encoder(H264Encoder):
     """aiortc's H.264 encoder with swapcast's settings (see the module docstring)."""
 
-    def __init__(self, settings: EncoderSettings) -> None:
+    def __init__(self, settings: EncoderSettings, clock: Callable[[], float] = time.monotonic) -> None:
         super().__init__()
         self.settings = settings
+        self._clock = clock
         self._requested: int | None = None  # the receiver's estimate; None until one arrives
         self._band: BitrateBand | None = None
         self._last_forced: float | None = None  # when the last requested keyframe was encoded (monotonic)
         self._keyframe_owed = False
+        self.keyframes_forced = 0  # requested keyframes encoded
         self.keyframes_deferred = 0
+        self.keyframes_encoded = 0  # every keyframe, the scheduled ones included
+        self.keyframes_for_loss = 0
+        # Set (`keyframes_under_loss`) for a receiver that cannot ask for lost packets: then a keyframe at least
+        # this often while it reports loss, so that no loss stays on its screen longer.
+        self.loss_keyframe_interval_s: float | None = None
+        self._loss_reported_at: float | None = None
+        self._last_keyframe_at: float | None = None
         # The loss-based rate (settings.loss_control), made by the first receiver report (`_loss_control`).
         self.loss_control: LossController | None = None
         self._loss_lock = threading.Lock()  # reports arrive on the event loop, frames encode in a thread
@@ -214,8 +229,15 @@ class LiveH264Encoder(H264Encoder):
             if self.loss_control is not None:
                 self.loss_control.on_estimate(self._requested)
 
+    def keyframes_under_loss(self, interval_s: float | None) -> None:
+        """A keyframe at least every `interval_s` while the receiver reports loss (None: only as scheduled)."""
+        self.loss_keyframe_interval_s = interval_s
+
     def report_loss(self, fraction_lost: float, now: float) -> None:
-        """A receiver report's share lost (0-1): the loss-based rate's input (nothing with it off)."""
+        """A receiver report's share lost (0-1): the loss-based rate's input (nothing with it off), and what
+        keeps keyframes frequent for a receiver that cannot ask for lost packets."""
+        if fraction_lost > 0:
+            self._loss_reported_at = now
         control = self._loss_control()
         if control is not None:
             with self._loss_lock:
@@ -272,16 +294,24 @@ class LiveH264Encoder(H264Encoder):
                 lambda name: open_codec(name, width, height, bitrate, band, self.settings, buffer_s=SESSION_BUFFER_S),
             )
         # aiortc's way: a forced keyframe on the receiver's request (PLI/FIR), otherwise the encoder decides.
-        force_keyframe = self._keyframe_due(force_keyframe)
+        now = self._clock()
+        force_keyframe = self._keyframe_due(force_keyframe, now)
+        if not force_keyframe and self._loss_keyframe_due(now):
+            force_keyframe = True
+            self.keyframes_for_loss += 1
         frame.pict_type = av.video.frame.PictureType.I if force_keyframe else av.video.frame.PictureType.NONE
-        data = b"".join(bytes(packet) for packet in self.codec.encode(frame))
+        packets = self.codec.encode(frame)
+        if any(packet.is_keyframe for packet in packets):
+            self._last_keyframe_at = now
+            self.keyframes_encoded += 1
+        data = b"".join(bytes(packet) for packet in packets)
         if data:
             yield from self._split_bitstream(data)
 
     def _keyframe_due(self, requested: bool, now: float | None = None) -> bool:
         """Whether this frame is a requested keyframe: one per `keyframe_min_interval_s`; a request within the
         interval is owed until it ends."""
-        now = time.monotonic() if now is None else now
+        now = self._clock() if now is None else now
         owed = requested or self._keyframe_owed
         if not owed:
             return False
@@ -291,7 +321,15 @@ class LiveH264Encoder(H264Encoder):
             self._keyframe_owed = True
             return False
         self._last_forced, self._keyframe_owed = now, False
+        self.keyframes_forced += 1
         return True
+
+    def _loss_keyframe_due(self, now: float) -> bool:
+        """Whether a receiver that cannot ask for lost packets, and reported loss lately, is owed a keyframe."""
+        interval, lossy = self.loss_keyframe_interval_s, self._loss_reported_at
+        if interval is None or lossy is None or now - lossy > LOSS_KEYFRAME_WHILE_S:
+            return False
+        return self._last_keyframe_at is None or now - self._last_keyframe_at >= interval
 
 
 _settings = EncoderSettings()
@@ -303,6 +341,12 @@ def configure_encoders(settings: EncoderSettings) -> None:
     global _settings
     with _settings_lock:
         _settings = settings
+
+
+def encoder_settings() -> EncoderSettings:
+    """The settings this process's encoders use (`configure_encoders`)."""
+    with _settings_lock:
+        return _settings
 
 
 def create_encoder(codec: Any) -> Any:

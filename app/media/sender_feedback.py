@@ -6,6 +6,7 @@ its transport hands every RTCP packet to: each receiver report's fraction lost f
 each NACK will have resent (looked up in that history, as the sender does), go to the encoder
 (app.media.encoder's `report_loss` / `report_retransmitted`, which with loss control off ignore them); then
 aiortc handles the packet as before. The encoder is made on the first frame, so reports before it are dropped.
+Where app.media.sender_recovery serves the NACKs instead, it reports what it did resend (`resent`).
 """
 
 from __future__ import annotations
@@ -30,6 +31,9 @@ class SenderTap:
 
     def __init__(self, sender: Any) -> None:
         self._sender = sender
+        # Whether a NACK's bytes are counted here (from aiortc's history); off where the sender's retransmissions
+        # are app.media.sender_recovery's, which reports what it did resend through `resent`.
+        self.count_nacks = True
 
     def encoder(self) -> Any:
         return getattr(self._sender, _ENCODER_ATTRIBUTE, None)
@@ -48,10 +52,16 @@ class SenderTap:
             for report in packet.reports:
                 if report.ssrc == self._sender._ssrc:
                     encoder.report_loss(report.fraction_lost / 256.0, now)
-        elif isinstance(packet, RtcpRtpfbPacket) and packet.fmt == RTCP_RTPFB_NACK:
+        elif isinstance(packet, RtcpRtpfbPacket) and packet.fmt == RTCP_RTPFB_NACK and self.count_nacks:
             resent = self._resent_bytes(packet.lost)
             if resent:
                 encoder.report_retransmitted(resent, now)
+
+    def resent(self, nbytes: int, now: float) -> None:
+        """Bytes retransmitted: taken off the media's share of the rate (nothing before the first frame)."""
+        encoder = self.encoder()
+        if encoder is not None and hasattr(encoder, "report_retransmitted"):
+            encoder.report_retransmitted(nbytes, now)
 
     def _resent_bytes(self, lost: list[int]) -> int:
         history = getattr(self._sender, _HISTORY_ATTRIBUTE, None)

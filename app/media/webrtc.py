@@ -34,6 +34,7 @@ from app.live.counters import LiveCounters
 from app.live.frame import OutputFrame
 from app.media import yuv
 from app.media.audio_sync import MAX_DELAY_S, DelayedAudioTrack
+from app.media.encoder import encoder_settings
 from app.media.ice_bounds import BoundedIce
 from app.media.mailbox import Mailbox
 from app.media.peer import (
@@ -45,6 +46,7 @@ from app.media.peer import (
 )
 from app.media.recovery import ReceiverGuard, guard_receiver
 from app.media.sender_feedback import SenderTap, tap_sender
+from app.media.sender_recovery import SenderRecovery, recover_sender
 from app.observability import Metrics
 from app.pipeline.identity_map import FaceSources
 from app.pipeline.pipeline import FramePipeline
@@ -156,6 +158,7 @@ class Session(LiveOutput):
         self._sender: Any = None
         self._recovery: ReceiverGuard | None = None
         self._sender_tap: SenderTap | None = None
+        self._sender_recovery: SenderRecovery | None = None
         self.resumed = 0  # times the input resumed after RESUME_GAP_S or more
         self._error_logged = 0
         ice = [RTCIceServer(url) for url in config.peer.ice_servers]
@@ -182,7 +185,13 @@ class Session(LiveOutput):
         transceiver = self.pc.addTransceiver(self.output, direction="sendrecv")
         transceiver.setCodecPreferences(codec_preferences(self._config.codecs))
         self._sender = transceiver.sender
-        self._sender_tap = tap_sender(transceiver.sender)  # the client's loss reports reach the encoder's rate
+        self._sender_tap = tap = tap_sender(transceiver.sender)  # the client's loss reports reach the encoder's rate
+        # Every lost packet resent, and asked for again if lost again (app.media.sender_recovery).
+        self._sender_recovery = recover_sender(
+            transceiver.sender, encoder_settings().return_recovery, tap.resent if tap is not None else None
+        )
+        if tap is not None and self._sender_recovery is not None and self._sender_recovery.enabled:
+            tap.count_nacks = False
         self._recovery = guard_receiver(transceiver.receiver)  # a time limit on holes (app.media.recovery)
         if "\nm=audio " in offer:
             self.pc.addTransceiver(self.audio, direction="sendrecv")
@@ -412,7 +421,16 @@ class Session(LiveOutput):
             "ice": self.ice.describe(),
             "recovery": self.recovery_stats(),
             "return_rate": self._sender_tap.rate_stats() if self._sender_tap is not None else None,
+            "return_recovery": self.return_recovery_stats(),
         }
+
+    def return_recovery_stats(self) -> dict[str, int] | None:
+        """What the return's sender did for the client's losses (app.media.sender_recovery)."""
+        if self._sender_recovery is None:
+            return None
+        encoder = self._sender_tap.encoder() if self._sender_tap is not None else None
+        keyframes = {k: getattr(encoder, k, 0) for k in ("keyframes_forced", "keyframes_deferred")}
+        return self._sender_recovery.counts.as_dict() | keyframes
 
     def recovery_stats(self) -> dict[str, int] | None:
         """What the input's recovery did (app.media.recovery), and how often the input resumed after a gap."""

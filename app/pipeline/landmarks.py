@@ -55,18 +55,14 @@ def face_geometry() -> FaceGeometry:
     )
 
 
+# Two vertices per point (the nose tip and mouth corners twice), averaged in pairs: one gather for all five.
+_FIVE_PAIRS = np.array([*EYE_LEFT, *EYE_RIGHT, NOSE_TIP, NOSE_TIP, MOUTH_LEFT, MOUTH_LEFT, MOUTH_RIGHT, MOUTH_RIGHT])
+
+
 def five_points(mesh: np.ndarray) -> Points:
     """The detector's five points, in ArcFace order, taken from mesh landmarks."""
-    xy = np.asarray(mesh, np.float32)[:, :2]
-    return np.stack(
-        [
-            xy[list(EYE_LEFT)].mean(axis=0),
-            xy[list(EYE_RIGHT)].mean(axis=0),
-            xy[NOSE_TIP],
-            xy[MOUTH_LEFT],
-            xy[MOUTH_RIGHT],
-        ]
-    ).astype(np.float32)
+    xy = np.asarray(mesh, np.float32)[_FIVE_PAIRS, :2]
+    return np.asarray((xy[0::2] + xy[1::2]) * np.float32(0.5), np.float32)
 
 
 @lru_cache(maxsize=1)
@@ -128,13 +124,15 @@ class FaceMeshLandmarker(ModelStage):
         """Landmarks in each crop's pixels, or None where the model sees no face."""
         if not crops:
             return []
-        batch = np.empty((len(crops), INPUT_SIZE, INPUT_SIZE, 3), np.float32)
-        for i, crop in enumerate(crops):
-            if crop.shape[0] != INPUT_SIZE:
-                crop = np.asarray(cv2.resize(crop, (INPUT_SIZE, INPUT_SIZE), interpolation=cv2.INTER_AREA), np.uint8)
-            batch[i] = crop[..., ::-1]
-        batch *= 1.0 / 255.0
-        landmarks, scores = self.model.run({"image": np.ascontiguousarray(batch.transpose(0, 3, 1, 2))})
+        rois = [
+            crop
+            if crop.shape[0] == INPUT_SIZE
+            else np.asarray(cv2.resize(crop, (INPUT_SIZE, INPUT_SIZE), interpolation=cv2.INTER_AREA), np.uint8)
+            for crop in crops
+        ]
+        # NCHW RGB 0..1 in one OpenCV call: a third of the time of numpy's flip, scale and transpose, same values.
+        batch = np.asarray(cv2.dnn.blobFromImages(rois, 1.0 / 255.0, swapRB=True), np.float32)
+        landmarks, scores = self.model.run({"image": batch})
         out: list[Mesh | None] = []
         for size, points, score in zip((crop.shape[0] for crop in crops), landmarks, scores, strict=True):
             if float(score[0]) < self.min_score:

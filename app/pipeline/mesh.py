@@ -15,11 +15,10 @@ from dataclasses import dataclass
 import cv2
 import numpy as np
 import numpy.typing as npt
-from skimage.transform import SimilarityTransform
 
 from app.errors import UserError
-from app.pipeline.align import AlignSpec, estimate_matrix, transform_points, warp_crop
-from app.pipeline.color import STATS_SIZE, lab_stats, transfer_color
+from app.pipeline.align import AlignSpec, estimate_matrix, similarity_fit, transform_points, warp_crop
+from app.pipeline.color import STATS_SIZE, lab_stats, transfer_color_u8
 from app.pipeline.landmarks import CropLandmarks, FaceMeshLandmarker, Mesh, five_points
 from app.pipeline.mesh_track import MeshTracking
 from app.pipeline.mesh_warp import (
@@ -144,18 +143,17 @@ class MeshEngine:
                 on_grid = (target_mesh[:, :2] + 0.5) / scale - 0.5
                 mask *= 1.0 - self.mouth_amount * mouth_region(on_grid, mask.shape[:2])
             full_mask = upsample(mask, size)
-        if float(full_mask.max()) <= 0.0:
+            box = mask_box(full_mask)
+        if box is None:
             return target.copy()
+        y0, y1, x0, x1 = box
         with step("remap"):
-            warped = cv2.remap(
-                texture,
-                upsample(maps.source_x, size),
-                upsample(maps.source_y, size),
-                cv2.INTER_LINEAR,
-                borderMode=cv2.BORDER_REPLICATE,
-            )
+            # Only the mask's box is read: nothing outside it is blended. Both coordinates in one two-channel
+            # map, upsampled in one call.
+            source_xy = upsample(np.dstack([maps.source_x, maps.source_y]), size)[y0:y1, x0:x1]
+            warped = cv2.remap(texture, source_xy, None, cv2.INTER_LINEAR, borderMode=cv2.BORDER_REPLICATE)
         with step("colour_blend"):
-            return self._blend(target, np.asarray(warped, np.uint8), full_mask)
+            return self._blend(target, np.asarray(warped, np.uint8), full_mask[y0:y1, x0:x1], box)
 
     def _holes(self, mesh: Mesh) -> npt.NDArray[np.float32]:
         """Where the target shows through: its mouth opening, and its eye openings by `keep_eyes`."""
@@ -168,13 +166,13 @@ class MeshEngine:
         sigma = max(0.5, self.config.hole_feather * self.config.size / self.scale)
         return np.asarray(cv2.GaussianBlur(mask, (0, 0), sigmaX=sigma, sigmaY=sigma), np.float32)
 
-    def _blend(self, target: Image, warped: Image, mask: npt.NDArray[np.float32]) -> Image:
-        """Colour-match `warped` to `target` under the mask, then blend, working only inside the mask's box."""
-        rows = np.flatnonzero(mask.max(axis=1) > 0)
-        cols = np.flatnonzero(mask.max(axis=0) > 0)
-        y0, y1, x0, x1 = rows[0], rows[-1] + 1, cols[0], cols[-1] + 1
-        alpha = mask[y0:y1, x0:x1]
-        face, under = warped[y0:y1, x0:x1], target[y0:y1, x0:x1]
+    def _blend(
+        self, target: Image, face: Image, alpha: npt.NDArray[np.float32], box: tuple[int, int, int, int]
+    ) -> Image:
+        """Colour-match the warped `face` (the mask's `box` of the crop) to `target` under the mask `alpha`, then
+        blend it into the box."""
+        y0, y1, x0, x1 = box
+        under = np.ascontiguousarray(target[y0:y1, x0:x1])
         if self.config.color_strength > 0:
             small_alpha = np.asarray(_thumbnail(alpha), np.float32)
             face_stats = lab_stats(np.asarray(_thumbnail(face), np.uint8), small_alpha)
@@ -184,15 +182,22 @@ class MeshEngine:
             low, high = face_stats[1] * GAIN_LIMITS[0], face_stats[1] * GAIN_LIMITS[1]
             spread = np.minimum(np.maximum(target_stats[1], low), high)
             target_stats = (target_stats[0], spread)
-            moved = transfer_color(face, face_stats, target_stats, self.config.color_strength)
-        else:
-            moved = face.astype(np.float32)
+            # In 8-bit LAB through a lookup table: a quarter of the float conversion's time, a fifth of a grey
+            # level from it on average (3 at the 99.9th percentile) on the sample faces.
+            face = transfer_color_u8(face, face_stats, target_stats, self.config.color_strength)
         out = target.copy()
         # Blended in uint8 by OpenCV: a third of float numpy's time, within one grey level of it.
-        face_u8 = np.clip(moved + 0.5, 0, 255).astype(np.uint8)
-        alpha = np.ascontiguousarray(alpha)
-        out[y0:y1, x0:x1] = cv2.blendLinear(face_u8, np.ascontiguousarray(under), alpha, 1.0 - alpha)
+        out[y0:y1, x0:x1] = cv2.blendLinear(face, under, alpha, 1.0 - alpha)
         return out
+
+
+def mask_box(mask: npt.NDArray[np.float32]) -> tuple[int, int, int, int] | None:
+    """The rows and columns (y0, y1, x0, x1) outside which `mask` is zero; None if it is zero everywhere."""
+    rows = np.flatnonzero(mask.max(axis=1) > 0)
+    if rows.size == 0:
+        return None
+    cols = np.flatnonzero(mask.max(axis=0) > 0)
+    return int(rows[0]), int(rows[-1]) + 1, int(cols[0]), int(cols[-1]) + 1
 
 
 _KEPT_IN_PLACE = np.array(
@@ -206,7 +211,7 @@ def shaped(target_mesh: np.ndarray, source_mesh: np.ndarray, amount: float) -> n
     expression and the blend's edge are unchanged."""
     target_xy = np.asarray(target_mesh, np.float64)[:, :2]
     source_xy = np.asarray(source_mesh, np.float64)[:, :2]
-    laid = SimilarityTransform.from_estimate(source_xy, target_xy)(source_xy)  # least squares (Umeyama)
+    laid = transform_points(source_xy, similarity_fit(source_xy, target_xy))  # least squares (Umeyama)
     moved = np.array(target_mesh, np.float32, copy=True)
     weight = np.full(len(moved), float(np.clip(amount, 0.0, 1.0)))
     weight[_KEPT_IN_PLACE] = 0.0

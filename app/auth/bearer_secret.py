@@ -44,7 +44,7 @@ def new_secret() -> tuple[str, StoredSecret]:
 
 def split(pattern: re.Pattern[str], credential: str) -> tuple[str, str]:
     """(id, secret) of a credential; a malformed one gives an id no record has, so it fails like a wrong one."""
-    match = pattern.match(credential)
+    match = pattern.fullmatch(credential)  # `$` alone would let a final newline through
     return (match.group(1), match.group(2)) if match else ("", _DUMMY_SECRET)
 
 

@@ -6,8 +6,8 @@
 - A POST that a page elsewhere could send without a CORS preflight (a "simple" request: form or text body, no
   custom header) is refused unless it carries `Authorization` or `X-Swapcast`; a cross-site form cannot add
   either, and `fetch` from another origin cannot without a preflight this server does not grant.
-- The pages (`/`, the viewer page `/view/...`) get a restrictive Content-Security-Policy and may not be framed;
-  every response gets `nosniff`.
+- The pages (`/`, the viewer page `/view/...`, the API explorer `/docs`) get a restrictive
+  Content-Security-Policy and may not be framed; every response gets `nosniff`.
 """
 
 import json
@@ -67,7 +67,7 @@ class BrowserGuard:
         if refusal is not None:
             await _reply(send, *refusal)
             return
-        page = scope["path"] == "/" or scope["path"].startswith(("/static/", "/view/"))
+        page = scope["path"] in ("/", "/docs") or scope["path"].startswith(("/static/", "/view/"))
 
         async def send_with_headers(message: Message) -> None:
             if message["type"] == "http.response.start":

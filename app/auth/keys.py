@@ -48,7 +48,7 @@ class KeyRecord:
 
 def key_id_of(token: str) -> str | None:
     """The id part of something shaped like a key (for logs); None when it is not one."""
-    match = KEY_PATTERN.match(token)
+    match = KEY_PATTERN.fullmatch(token)
     return match.group(1) if match else None
 
 
@@ -143,7 +143,7 @@ class KeyStore:
 
     def create(self, name: str, scopes: list[str]) -> tuple[KeyRecord, str]:
         """A new key for `name` with `scopes`; returns its record and the key, which is not stored."""
-        if not NAME_PATTERN.match(name):
+        if not NAME_PATTERN.fullmatch(name):  # `$` alone would let a final newline through
             raise KeyStoreError(f"invalid key name {name!r}: use letters, digits and . _ @ - (at most 64)")
         if not scopes:
             raise KeyStoreError("give the key at least one --scope")

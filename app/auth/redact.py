@@ -1,17 +1,38 @@
 """Credentials out of log lines: a viewer token travels in the viewer page's URL (`/view/ID?token=...`), and an
-access log would otherwise write it verbatim. Keys and JWTs only ever travel in headers, which no log writes."""
+access log would otherwise write it verbatim. Keys and JWTs only ever travel in headers, which no log writes.
+
+A query is judged as the server reads it: each parameter's name percent-decoded (`?tok%65n=` is `token`), and
+a value that decodes to a key or viewer token is hidden whatever its name."""
 
 import logging
 import re
+from urllib.parse import unquote_plus
 
 _QUERY_SECRET = re.compile(r"([?&](?:token|access_token)=)[^&\s\"']+", re.IGNORECASE)
+_QUERY = re.compile(r"\?([^\s\"'#]+)")  # a URL's query, as a log line holds it (still percent-encoded)
+_SECRET_NAMES = frozenset({"token", "access_token"})
+_SECRET_PREFIXES = ("vt_", "sk_")  # viewer tokens and API keys
 REDACTED = "[redacted]"
 # uvicorn's own loggers: the access log (one line per request, the path with its query) and the error log.
 LOGGERS = ("uvicorn.access", "uvicorn.error", "uvicorn")
 
 
 def redact(text: str) -> str:
-    return _QUERY_SECRET.sub(lambda m: m.group(1) + REDACTED, text)
+    text = _QUERY.sub(lambda m: "?" + _redact_query(m.group(1)), text)
+    return _QUERY_SECRET.sub(lambda m: m.group(1) + REDACTED, text)  # `&token=` in text that is not a URL
+
+
+def _redact_query(query: str) -> str:
+    """Each `name=value` with a secret's name or a secret's shape gets its value replaced; the name is kept as
+    it was sent, so the line still says what was asked."""
+    pairs = []
+    for pair in query.split("&"):
+        name, equals, value = pair.partition("=")
+        decoded = unquote_plus(value).strip()
+        if equals and value and (unquote_plus(name).lower() in _SECRET_NAMES or decoded.startswith(_SECRET_PREFIXES)):
+            pair = f"{name}={REDACTED}"
+        pairs.append(pair)
+    return "&".join(pairs)
 
 
 class RedactCredentials(logging.Filter):

@@ -74,7 +74,7 @@ _NO_ROOM = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
 
 
 def is_identity_id(value: str) -> bool:
-    return bool(ID_PATTERN.match(value))
+    return bool(ID_PATTERN.fullmatch(value))  # `$` alone would let a final newline through
 
 
 def prepared_file_name(model_key: str) -> str:

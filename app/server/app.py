@@ -21,10 +21,10 @@ from app.server.channels import ChannelManager, ChannelOptions
 from app.server.drain import Drain, DrainGate
 from app.server.errors import install_error_handlers
 from app.server.limits import BodyLimitMiddleware
-from app.server.openapi import describe_real_bodies
+from app.server.openapi import SWAGGER_UI_FILES, describe_real_bodies, serve_docs
 from app.server.public_url import AbsoluteLocation
 from app.server.pushes import PushManager, PushOptions
-from app.server.revocation import RevocationWatcher
+from app.server.revocation import RevocationWatcher, StoredCredentials
 from app.server.routes import (
     audio,
     channels,
@@ -66,7 +66,12 @@ def create_app(
         state.rtsp,
         access,
         state.metrics,
-        ChannelOptions(settings.channel_hold_s, settings.channel_slate, settings.max_channels_per_principal),
+        ChannelOptions(
+            settings.channel_hold_s,
+            settings.channel_slate,
+            settings.max_channels_per_principal,
+            settings.max_channels,
+        ),
         whep_viewers=state.viewers.count,
         pushes=PushManager(
             PushStore(settings.channel_store_dir()),
@@ -76,7 +81,11 @@ def create_app(
                 settings.max_pushes_per_channel,
                 settings.push_retry_s,
                 settings.push_retry_max_s,
+                settings.max_push_workers,
+                state.push_policy,
             ),
+            credentials=StoredCredentials(access.keys),
+            audit=access.audit.event,
         ),
         srt=state.srt,
     )
@@ -99,7 +108,8 @@ def create_app(
             await state.stop()
             access.close()
 
-    app = FastAPI(title="swapcast", version="0.1.0", lifespan=lifespan)
+    # FastAPI's own /docs and /redoc load their scripts from a CDN: `serve_docs` serves /docs from this server.
+    app = FastAPI(title="swapcast", version="0.1.0", lifespan=lifespan, docs_url=None, redoc_url=None)
     app.state.swapcast = state
     app.state.access = access
     app.state.revocation = watcher
@@ -168,5 +178,6 @@ def create_app(
         """The same page for a channel: its address never changes, whoever publishes into it."""
         return FileResponse(STATIC_DIR / "view.html", headers={"Cache-Control": "no-cache"})
 
-    app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
+    serve_docs(app, STATIC_DIR / "docs.html")
+    app.mount("/static", StaticFiles(directory=STATIC_DIR, packages=[SWAGGER_UI_FILES]), name="static")
     return app

@@ -53,6 +53,7 @@ class ChannelOptions:
     hold_s: float
     slate_path: Path | None
     max_per_owner: int
+    max_channels: int | None = None  # on the server, all owners together
 
 
 @dataclass
@@ -149,7 +150,9 @@ class ChannelManager:
             channel = self._channels.get(name)
             if channel is None:
                 self._activate(record)
-            elif channel.record.generation != record.generation:
+            elif channel.record.nonce != record.nonce:  # deleted and made again elsewhere: another channel
+                self._replace(channel, record)
+            elif (channel.record.generation, channel.record.salt) != (record.generation, record.salt):
                 self._renew(channel, record)
         return [self._channels.pop(n) for n in [n for n in self._channels if n not in records]]
 
@@ -205,6 +208,16 @@ class ChannelManager:
         if channel.srt is not None:
             channel.srt_url = channel.srt.change_passphrase(channel.id, self._passphrase(record))
 
+    def _replace(self, channel: Channel, record: ChannelRecord) -> None:
+        """Another replica deleted the channel and made one of the same name: none of the old one's credentials
+        work, its owner no longer manages it and its publisher is ended."""
+        self._renew(channel, record)
+        self._access.owners.record(channel, record.owner, credential="")
+        publisher = channel.publisher
+        if publisher is not None:
+            self._detach(channel, publisher)
+            self._spawn(publisher.close(CHANNEL_DELETED), f"channel-{channel.id}-replaced")
+
     def _passphrase(self, record: ChannelRecord) -> str:
         """A channel's SRT passphrase is its RTSP password: one read credential, which rotation moves on."""
         return self.store.rtsp_login(record)[1]
@@ -225,9 +238,10 @@ class ChannelManager:
         return list(self._channels.values())
 
     def get(self, name: str) -> Channel:
-        """The live channel; one another replica created since is brought up first."""
+        """The live channel; what another replica changed since (created, rotated, deleted, made again) is
+        brought in first."""
         channel = self._channels.get(name)
-        if channel is None and self.store.get(name) is not None:
+        if (channel.record if channel is not None else None) != self.store.get(name):
             for gone in self.sync():
                 self._end(gone, CHANNEL_DELETED)
                 self._spawn(asyncio.to_thread(_release, gone), f"channel-{gone.id}-release")
@@ -241,6 +255,9 @@ class ChannelManager:
         the name is taken, `Conflict` (409) at the owner's most."""
         if self.store.count_owned(owner) >= self._options.max_per_owner:
             raise Conflict(f"you have {self._options.max_per_owner} channels, the most one owner may have")
+        most = self._options.max_channels
+        if most is not None and len(self.store.records()) >= most:
+            raise Conflict(f"the server has {most} channels, the most it may have")
         try:
             record, token = self.store.create(name, owner, width, height, fps)
         except ChannelExists:

@@ -4,6 +4,7 @@ Every answer keeps FastAPI's `{"detail": "..."}` body; a 503 that will pass (not
 carries `Retry-After`.
 """
 
+import logging
 import math
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
@@ -13,7 +14,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
 from app.auth.viewer_tokens import TooManyViewerTokens
-from app.channels.store import ChannelExists, ChannelNameInvalid
+from app.channels.store import ChannelExists, ChannelNameInvalid, ChannelStoreError
 from app.errors import StatusError
 from app.identity.consent import ConsentInvalid
 from app.identity.store import IdentityNotFound, IdentityUnreadable, StoreFull
@@ -26,6 +27,11 @@ from app.server.resource_errors import Conflict, NotFound, Unavailable
 from app.server.settings import ServerSettings
 from app.server.state import NotReady
 
+log = logging.getLogger(__name__)
+# Like the keys file's: the client hears what is wrong, the operator's log has the file and how to fix it.
+CHANNEL_STORE_UNUSABLE = (
+    "channels cannot be used now: the server's channel or push store is unsafe or damaged (its log says why)"
+)
 # Errors answered with a fixed status and the error's message as the detail; a subclass of a kind in
 # `app.server.resource_errors` is answered as its kind.
 STATUS_OF: dict[type[Exception], int] = {
@@ -87,6 +93,14 @@ def install_error_handlers(app: FastAPI, settings: ServerSettings) -> None:
         wait = exc.retry_after_s if isinstance(exc, RateLimited) else settings.retry_after_s
         return answer(429, str(exc), {"Retry-After": str(wait)})
 
+    logged: list[str] = []  # the store problem last logged: once per change, not once per request
+
+    async def store_unusable(_request: Request, exc: Exception) -> JSONResponse:
+        if logged[-1:] != [str(exc)]:
+            logged[:] = [str(exc)]
+            log.error("%s; channel and push requests get 503 until it is fixed", exc)
+        return answer(503, CHANNEL_STORE_UNUSABLE)
+
     async def invalid_request(_request: Request, exc: Exception) -> JSONResponse:
         errors = exc.errors() if isinstance(exc, RequestValidationError) else []
         return answer(422, validation_detail(errors))
@@ -98,3 +112,4 @@ def install_error_handlers(app: FastAPI, settings: ServerSettings) -> None:
     app.add_exception_handler(NotReady, not_ready)
     app.add_exception_handler(AdmissionError, no_room)
     app.add_exception_handler(RateLimited, rate_limited)
+    app.add_exception_handler(ChannelStoreError, store_unusable)

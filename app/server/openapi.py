@@ -1,12 +1,21 @@
 """The OpenAPI document describes the bodies the routes really take and give, so a schema fuzzer exercises them:
 the multipart identity upload, SDP offers and answers, the JPEG thumbnail, Prometheus text, and one error shape,
 `{"detail": str}`, for every error (FastAPI documents a list of validation errors that this server never sends).
+
+`/docs`, the explorer over that document, is Swagger UI from this server's own files: FastAPI's default page loads
+it from a CDN with an inline script, which the pages' Content-Security-Policy (`app.auth.browser`) rules out.
 """
 
+from pathlib import Path
 from typing import Any
 
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
+from fastapi.responses import FileResponse
+from starlette.requests import Request
+
+# Swagger UI's bundle and stylesheet as a Python package ships them, served under /static beside the page's files.
+SWAGGER_UI_FILES = ("fastapi_offline", "static")
 
 ERROR_SCHEMA: dict[str, Any] = {
     "title": "Error",
@@ -91,3 +100,13 @@ def describe_real_bodies(app: FastAPI) -> None:
         return schema
 
     app.openapi = openapi  # type: ignore[method-assign]
+
+
+def serve_docs(app: FastAPI, page: Path) -> None:
+    """`/docs`: `page` (Swagger UI started by `docs.js`, over `/openapi.json`), open to everyone like the document
+    itself. A plain route, not an API operation: it is no part of the document."""
+
+    async def docs(_request: Request) -> FileResponse:
+        return FileResponse(page, headers={"Cache-Control": "no-cache"})
+
+    app.add_route("/docs", docs, include_in_schema=False)

@@ -57,6 +57,13 @@ def owned_output(
     output: T, kind: str, principal: Principal, access: Access, not_found: Callable[[str], LookupError]
 ) -> T:
     """`output` if `principal` may use it, else its kind's "not found", exactly as for a missing one."""
-    if not (principal.watches(f"{kind}/{output.id}") or access.owners.visible(principal, output)):
+    if not (_still_watches(principal, f"{kind}/{output.id}", access) or access.owners.visible(principal, output)):
         raise not_found(output.id)
     return output
+
+
+def _still_watches(principal: Principal, key: str, access: Access) -> bool:
+    """A viewer token of `key` that is still held: finding the output may have revoked it since the request was
+    authenticated (a channel deleted and made again on another replica, brought in by `ChannelManager.get`)."""
+    token_id = principal.credential.removeprefix("viewer:")
+    return principal.watches(key) and access.viewer_tokens.get(key, token_id) is not None

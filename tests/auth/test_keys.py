@@ -117,3 +117,12 @@ def test_concurrent_writers_lose_no_key(tmp_path: Path) -> None:
     with ThreadPoolExecutor(8) as pool:
         made = set(pool.map(create, range(16)))
     assert {r.id for r in KeyStore(path).records()} == made and len(made) == 16
+
+
+def test_names_and_keys_with_a_final_newline_are_refused(tmp_path: Path) -> None:
+    store = KeyStore(tmp_path / "keys.json")
+    with pytest.raises(KeyStoreError, match="invalid key name"):
+        store.create("obs\n", ["sessions"])
+    record, key = store.create("obs", ["sessions"])
+    assert store.verify(key) == record
+    assert store.verify(key + "\n") is None and key_id_of(key + "\n") is None

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from app.identity.consent import Consent, ConsentStatement
-from app.identity.store import Identity, IdentityNotFound, IdentityStore, IdentityUnreadable
+from app.identity.store import Identity, IdentityNotFound, IdentityStore, IdentityUnreadable, is_identity_id
 from app.media.clips import load_sample
 from app.pipeline.swap import PreparedSource
 from app.pipeline.types import Image
@@ -121,3 +121,8 @@ def test_a_preparation_finished_after_the_delete_does_not_bring_files_back(tmp_p
     loader.join(10)
     assert not loader.is_alive()
     assert files_under(tmp_path) == []
+
+
+def test_an_identity_id_is_the_whole_string() -> None:
+    assert is_identity_id("0123456789abcdef" * 2)
+    assert not is_identity_id("0123456789abcdef" * 2 + "\n")

@@ -213,9 +213,11 @@ def test_the_viewer_page_is_framed_by_nobody_and_tokens_are_redacted_from_the_ac
         assert page.headers["x-frame-options"] == "DENY"
         assert "<style>" not in page.text and httpx.get(f"{base}/static/view.css").status_code == 200
         assert httpx.get(f"{base}/view/stream/abc?token={secret}").status_code == 200
+        assert httpx.get(f"{base}/view/channel/abc?tok%65n={secret}").status_code == 200  # read as `token`
     finally:
         verbose.terminate()
         output, _ = verbose.communicate(timeout=30)
     logged = "\n".join(lines) + output
     assert "/view/abc?token=[redacted]&audio=1" in logged, logged[-2000:]
+    assert "/view/channel/abc?tok%65n=[redacted]" in logged, logged[-2000:]
     assert secret not in logged and "S" * 43 not in logged

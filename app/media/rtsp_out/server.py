@@ -38,7 +38,7 @@ _PATH_RE = re.compile(r"^(/[A-Za-z0-9._~-]+)+$")
 def normalise_path(path: str) -> str:
     """`"obs"` and `"/obs/"` both become `"/obs"`; `UserError` for anything that is not a plain URL path."""
     p = "/" + path.strip("/")
-    if not _PATH_RE.match(p):
+    if not _PATH_RE.fullmatch(p):  # `$` alone would let a final newline through
         raise UserError(f"invalid RTSP path {path!r}: use letters, digits and . _ ~ - separated by /")
     return p
 

@@ -6,9 +6,10 @@ never stored) also on `GET`."""
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Path, Request, Response
+from fastapi import APIRouter, HTTPException, Path, Request, Response
 from pydantic import BaseModel, ConfigDict, Field
 
+from app.auth.access import Access
 from app.auth.guard import AccessDep, SessionsUser, client_address
 from app.auth.principal import Principal
 from app.server.channels import CHANNEL_NAME_MAX, Channel, ChannelManager
@@ -47,16 +48,42 @@ def owned(state: ServerState, name: str, principal: Principal, access: Any) -> t
     return state.require_channels(), owned_channel(state, name, principal, access)
 
 
+def audit(access: Access, event: str, channel: Channel, principal: Principal, **fields: Any) -> None:
+    """Channels send video out (and pushes to third parties): who made, rotated and deleted each is audited."""
+    access.audit.event(
+        event,
+        channel=channel.id,
+        owner=channel.owner,
+        principal=principal.id,
+        credential=principal.credential,
+        **fields,
+    )
+
+
 @router.post("", status_code=201)
 async def create_channel(
-    body: ChannelRequest, request: Request, principal: SessionsUser, state: StateDep, response: Response
+    body: ChannelRequest,
+    request: Request,
+    principal: SessionsUser,
+    state: StateDep,
+    access: AccessDep,
+    response: Response,
 ) -> dict[str, Any]:
-    """A new channel of yours. 409 when the name is taken or you hold your most channels."""
+    """A new channel of yours. 409 when the name is taken or you hold your most channels (or the server its
+    most); 422 for a picture larger or faster than the server's most."""
     channels = state.require_channels()
     state.rate_limiter.hit("credentials", principal.id, client_address(request))
     s = state.settings
     size = (body.width or s.channel_width, body.height or s.channel_height, body.fps or s.channel_fps)
+    if size[0] * size[1] > s.max_channel_pixels or size[2] > s.max_channel_fps:
+        # What the server encodes for the channel's consumers grows with its pixels and rate.
+        raise HTTPException(
+            422,
+            f"a channel here is at most {s.max_channel_pixels} pixels (width x height) at {s.max_channel_fps} fps; "
+            f"asked for {size[0]}x{size[1]} at {size[2]} fps",
+        )
     channel, token = await state.run_control(channels.create, body.name, principal.id, *size)
+    audit(access, "channel_created", channel, principal, width=size[0], height=size[1], fps=size[2])
     response.headers["Location"] = f"/v1/channels/{channel.id}"
     return with_token(channels, channel, token)
 
@@ -89,6 +116,7 @@ async def rotate_channel(
     old_token = channel.record.token
     channel, token = await state.run_control(channels.rotate, channel.id)
     await revocation.revoke_viewer_token(old_token)  # the WHEP viewers opened with it end now
+    audit(access, "channel_rotated", channel, principal, generation=channel.record.generation)
     return with_token(channels, channel, token)
 
 
@@ -97,4 +125,5 @@ async def delete_channel(name: ChannelName, principal: SessionsUser, state: Stat
     """Delete the channel: its consumers are disconnected and its publisher is ended."""
     channels, channel = owned(state, name, principal, access)
     await channels.delete(channel.id)
+    audit(access, "channel_deleted", channel, principal)
     return Response(status_code=204)

@@ -1,6 +1,11 @@
-"""Ending a child process: it gets a grace period to finish on its own, then it is killed, and always reaped."""
+"""Child processes: one started on a module of ours with its configuration on stdin (never on the command line,
+where secrets would show in `ps`), and one ended with a grace period to finish on its own, then killed, and
+always reaped."""
 
+import contextlib
+import json
 import subprocess
+import sys
 from typing import Any
 
 KILL_WAIT_S = 5.0
@@ -14,3 +19,17 @@ def wait_or_kill(process: subprocess.Popen[Any], grace_s: float) -> None:
     except subprocess.TimeoutExpired:
         process.kill()
         process.wait(KILL_WAIT_S)
+
+
+def start_child(module: str, config: dict[str, Any]) -> subprocess.Popen[bytes]:
+    """`python -m module` with pipes for stdin and stdout (stderr discarded: FFmpeg's messages may quote secrets),
+    `config` written to its stdin as one JSON line. A child that is already gone does not fail this: its absence
+    is seen on its stdout."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", module], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
+    )
+    assert process.stdin is not None and process.stdout is not None
+    with contextlib.suppress(OSError):
+        process.stdin.write((json.dumps(config) + "\n").encode())
+        process.stdin.flush()
+    return process

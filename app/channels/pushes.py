@@ -2,6 +2,10 @@
 secrets (stream key, Bearer token, SRT passphrase). Those must be sent as they are, so they are kept as they
 are, under the channel store's rules: mode 600, refused when other users can write the file or it belongs to
 another user. The API and the logs show destinations only with the secrets hidden.
+
+Each push keeps the credential that added it (a key id, `jwt:SUB` or `local`), as live sessions do: revoking
+that key ends and forgets the push. Records written before credentials were kept have none (`credential` is
+None): the server decides at start-up whether such a push may run (`app.server.pushes`).
 """
 
 from __future__ import annotations
@@ -10,7 +14,7 @@ import fcntl
 import json
 import secrets
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
@@ -33,6 +37,7 @@ class PushRecord:
     owner: str
     created: str
     destination: Destination
+    credential: str | None = None  # what added it; None in records from before credentials were kept
 
     def public(self) -> dict[str, Any]:
         return {"id": self.id, "channel": self.channel, "created": self.created, **self.destination.describe()}
@@ -42,7 +47,11 @@ class PushRecord:
 
     @classmethod
     def from_json(cls, raw: dict[str, Any]) -> PushRecord:
-        return cls(raw["id"], raw["channel"], raw["owner"], raw["created"], Destination.from_json(raw["destination"]))
+        destination = Destination.from_json(raw["destination"])
+        credential = raw.get("credential")
+        if credential is not None and not isinstance(credential, str):
+            raise TypeError("credential")
+        return cls(raw["id"], raw["channel"], raw["owner"], raw["created"], destination, credential)
 
 
 class PushStore:
@@ -56,13 +65,14 @@ class PushStore:
             found = self._read()
         return [r for r in found if channel is None or r.channel == channel]
 
-    def add(self, channel: str, owner: str, destination: Destination) -> PushRecord:
+    def add(self, channel: str, owner: str, destination: Destination, credential: str) -> PushRecord:
         record = PushRecord(
             id=f"p{secrets.token_hex(6)}",
             channel=channel,
             owner=owner,
             created=datetime.now(UTC).isoformat(timespec="seconds"),
             destination=destination,
+            credential=credential,
         )
         with self._writing() as records:
             records.append(record)
@@ -74,6 +84,21 @@ class PushStore:
             if found is not None:
                 records.remove(found)
         return found
+
+    def update(self, record: PushRecord) -> bool:
+        """`record` in place of the stored one of its id; False when that one is gone."""
+        with self._writing() as records:
+            index = next((i for i, r in enumerate(records) if r.id == record.id), None)
+            if index is not None:
+                records[index] = record
+        return index is not None
+
+    def remove_where(self, gone: Callable[[PushRecord], bool]) -> list[PushRecord]:
+        """Remove every record `gone` is true of; returns them."""
+        with self._writing() as records:
+            removed = [r for r in records if gone(r)]
+            records[:] = [r for r in records if not gone(r)]
+        return removed
 
     def remove_channel(self, channel: str) -> list[PushRecord]:
         with self._writing() as records:

@@ -7,9 +7,15 @@ what comes before the first one (sound included) is not sent. A push whose desti
 slower than they come drops its queue and waits for the next keyframe (asking the encode for one), so it loses
 time of its own, never the encode's or the other pushes'.
 
-A sink that fails (refused, dropped, unreachable) is closed and opened again after a pause that doubles from
-`backoff_s` up to `backoff_max_s`, and goes back to `backoff_s` once a connection has held for `STABLE_S`.
-Errors are kept with the destination's secrets redacted.
+A push takes the encode's packets only while its connection takes them: an SRT listener that waits for its
+caller (or a caller that waits for its listener) leaves the encode, which stops when nothing else uses it, and
+joins it again (on a keyframe, its timestamps going on from where they were) when the peer comes.
+
+A sink that fails (refused, dropped, unreachable, or accepted and then silent until the watchdog ends it) is
+closed and opened again after a pause that doubles from `backoff_s` up to `backoff_max_s` with every attempt
+that ends, and goes back to `backoff_s` only after a connection delivered to a peer for `STABLE_S`. Each
+attempt runs a child process (`app.media.push_worker`): the server's `WorkerSlots` bound how many run at once,
+and a push waits ("queued") for a slot. Errors are kept with the destination's secrets redacted.
 """
 
 from __future__ import annotations
@@ -24,13 +30,14 @@ from typing import Any, Literal, Protocol
 
 from app.media.push_destination import Destination
 from app.media.push_encode import EncodedPacket, PushEncode
+from app.media.push_errors import classify, shown
 from app.media.push_sinks import AUDIO_CODECS
 from app.media.push_worker import ProcessSink, SinkState
 
 log = logging.getLogger(__name__)
 
-State = Literal["connecting", "waiting", "live", "retrying", "stopped"]
-STABLE_S = 10.0  # a connection that held this long resets the pause before the next attempt
+State = Literal["queued", "connecting", "waiting", "live", "retrying", "stopped"]
+STABLE_S = 10.0  # a connection live (delivering to a peer) this long resets the pause before the next attempt
 QUEUE_MAX_S = 1.0  # video queued beyond this (the destination is slow) is dropped, up to the next keyframe
 BITRATE_WINDOW_S = 2.0
 ERROR_MAX = 300  # characters of an error kept (FFmpeg's may go on with a whole SDP offer)
@@ -42,6 +49,8 @@ class Connection(Protocol):
 
     def state(self) -> SinkState: ...
 
+    def wants_packets(self) -> bool: ...
+
     def sent(self) -> int: ...
 
     def send(self, packet: EncodedPacket, pts_us: int) -> None: ...
@@ -50,6 +59,28 @@ class Connection(Protocol):
 
 
 Opener = Callable[[Destination, int, int, int], Connection]
+
+
+class WorkerSlots:
+    """The server's bound on push attempts running at once (each a child process of ~120 MB)."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._free = threading.Semaphore(limit)
+
+    def take_now(self) -> bool:
+        """A slot if one is free now."""
+        return self._free.acquire(blocking=False)
+
+    def take(self, stopped: threading.Event) -> bool:
+        """Waits for a free slot; False when `stopped` is set first."""
+        while not stopped.is_set():
+            if self._free.acquire(timeout=WAKE_S):
+                return True
+        return False
+
+    def give_back(self) -> None:
+        self._free.release()
 
 
 @dataclass
@@ -62,9 +93,12 @@ class PushCounters:
     frames_dropped: int = 0  # frames replaced by a newer one before they were sent
     bytes_sent: int = 0
     audio_dropped_s: float = 0.0
-    last_error: str | None = None
+    last_error: str | None = None  # its class, as the owner sees it
+    last_error_detail: str | None = None  # the reason, for the server's log only
     last_error_at: float | None = None  # wall-clock time
     live_since: float | None = None  # wall-clock time
+    failures: int = 0  # attempts that ended since the push was last live for STABLE_S
+    next_retry_at: float | None = None  # wall-clock time of the next attempt, while retrying
 
 
 class Push:
@@ -77,6 +111,7 @@ class Push:
         backoff_s: float = 1.0,
         backoff_max_s: float = 30.0,
         opener: Opener = ProcessSink,
+        slots: WorkerSlots | None = None,
     ) -> None:
         self.id = push_id
         self.destination = destination
@@ -84,6 +119,10 @@ class Push:
         self.audio_codec = AUDIO_CODECS[destination.kind]
         self._backoff = (backoff_s, backoff_max_s)
         self._open = opener
+        self._slots = slots
+        self.credential: str | None = None  # what added it (its owner's revocation ends it)
+        self._live_at: float | None = None  # monotonic, while live
+        self._live_s = 0.0  # the longest time live in the current attempt
         self.counters = PushCounters()
         self._lock = threading.Condition()
         self._queue: collections.deque[EncodedPacket] = collections.deque()
@@ -132,6 +171,7 @@ class Push:
         with self._lock:
             c = self.counters
             recent = sum(size for at, size in self._sent if now - at <= BITRATE_WINDOW_S)
+            retry_at = c.next_retry_at if c.state == "retrying" else None
             return {
                 "state": c.state,
                 "bitrate_kbps": round(recent * 8 / BITRATE_WINDOW_S / 1000, 1),
@@ -145,6 +185,9 @@ class Push:
                 "last_error": c.last_error,
                 "last_error_at": c.last_error_at,
                 "live_since": c.live_since,
+                "failures": c.failures,
+                "next_retry_at": retry_at,
+                "retry_in_s": None if retry_at is None else round(max(0.0, retry_at - time.time()), 1),
             }
 
     def stop(self) -> None:
@@ -160,7 +203,13 @@ class Push:
             self._thread.join(timeout)
 
     def _set_state(self, state: State) -> None:
+        now = time.monotonic()
         with self._lock:
+            if self.counters.state == "live" and state != "live" and self._live_at is not None:
+                self._live_s = max(self._live_s, now - self._live_at)
+                self._live_at = None
+            if state == "live" and self.counters.state != "live":
+                self._live_at = now
             self.counters.state = state
             if state == "live":
                 self.counters.live_since = time.time()
@@ -172,37 +221,62 @@ class Push:
     def _run(self) -> None:
         pause = self._backoff[0]
         while not self._stopped.is_set():
-            self._set_state("connecting")
-            started = time.monotonic()
+            if self._slots is not None and not self._slots.take_now():
+                self._set_state("queued")
+                if not self._slots.take(self._stopped):
+                    break
             try:
-                sink = self._open(self.destination, self.encode.width, self.encode.height, self.encode.fps)
-            except Exception as exc:  # the child process did not start: reported, and tried again later
-                self._failed(exc)
-            else:
-                try:
-                    self._stream(sink)
-                except Exception as exc:  # unreachable, refused, a bad key, or dropped by the destination
-                    self._failed(exc)
-                finally:
-                    try:
-                        sink.close()
-                    except Exception:  # closing what already failed: nothing more to do
-                        log.debug("push %s: closing its sink failed", self.id, exc_info=True)
+                self._attempt()
+            finally:
+                if self._slots is not None:
+                    self._slots.give_back()
             if self._stopped.is_set():
                 break
-            if time.monotonic() - started >= STABLE_S:
-                pause = self._backoff[0]
+            # Only a connection that delivered to a peer for a while starts the pauses over: one that was
+            # accepted and then stalled (killed by the watchdog) failed like any other and waits longer.
+            live_s = self._live_s
+            with self._lock:
+                if live_s >= STABLE_S:
+                    pause = self._backoff[0]
+                    self.counters.failures = 0
+                self.counters.failures += 1
+                self.counters.next_retry_at = round(time.time() + pause, 3)
             self._set_state("retrying")
             self._stopped.wait(pause)
             pause = min(pause * 2, self._backoff[1])
+        with self._lock:
+            self.counters.next_retry_at = None
         self._set_state("stopped")
 
-    def _failed(self, exc: Exception) -> None:
-        text = str(exc).strip() or type(exc).__name__
-        message = self.destination.redact(text.splitlines()[0])[:ERROR_MAX]
+    def _attempt(self) -> None:
+        """One connection: a child process from its start to its end (failed, or the push stopped)."""
+        self._set_state("connecting")
         with self._lock:
-            repeated = message == self.counters.last_error
-            self.counters.last_error = message
+            self._live_s, self._live_at = 0.0, None
+        try:
+            sink = self._open(self.destination, self.encode.width, self.encode.height, self.encode.fps)
+        except Exception as exc:  # the child process did not start: reported, and tried again later
+            self._failed(exc)
+            return
+        try:
+            self._stream(sink)
+        except Exception as exc:  # unreachable, refused, a bad key, or dropped by the destination
+            self._failed(exc)
+        finally:
+            self._set_state("connecting")  # the time live ends here
+            try:
+                sink.close()
+            except Exception:  # closing what already failed: nothing more to do
+                log.debug("push %s: closing its sink failed", self.id, exc_info=True)
+
+    def _failed(self, exc: Exception) -> None:
+        """The owner sees the failure's class (`app.media.push_errors`); the server's log has the reason."""
+        text = str(exc).strip() or type(exc).__name__
+        detail = self.destination.redact(text.splitlines()[0])[:ERROR_MAX]
+        with self._lock:
+            repeated = detail == self.counters.last_error_detail
+            self.counters.last_error = shown(classify(exc))
+            self.counters.last_error_detail = detail
             self.counters.last_error_at = round(time.time(), 3)
         # Logged when it changes: a destination that stays away retries for hours.
         log.log(
@@ -210,27 +284,38 @@ class Push:
             "push %s to %s failed: %s",
             self.id,
             self.destination.shown,
-            message,
+            detail,
         )
 
     def _stream(self, sink: Connection) -> None:
         """Send the encode's packets from a keyframe on, until stopped or the sink fails."""
-        with self._lock:
-            self._queue.clear()
-            self._queued_video = 0
-            self._keyed = False
         while sink.state() == "starting":  # packets sent now would only wait in the pipe
             if self._stopped.wait(0.05):
                 return
-        self.encode.attach(self)
         try:
             self._send_packets(sink)
         finally:
             self.encode.detach(self)
 
+    def _join(self, attach: bool) -> None:
+        """Take the encode's packets (from a keyframe on: attaching asks for one) or stop taking them."""
+        with self._lock:
+            self._queue.clear()
+            self._queued_video = 0
+            self._keyed = False
+        if attach:
+            self.encode.attach(self)
+        else:
+            self.encode.detach(self)
+
     def _send_packets(self, sink: Connection) -> None:
         state: State = "connecting"
-        start_us: int | None = None  # the connection's first keyframe: its time zero
+        attached = False
+        frame_us = 1_000_000 // max(1, self.encode.fps)
+        # The connection's clock: each time the push joins the encode, its first keyframe goes on from the last
+        # packet sent (the encode's own clock starts over when it stopped meanwhile).
+        start_us: int | None = None
+        base_us = last_us = 0
         while not self._stopped.is_set():
             now_state: State = "connecting" if (said := sink.state()) == "starting" else said
             if now_state != state:
@@ -238,10 +323,13 @@ class Push:
                     with self._lock:
                         self.counters.connects += 1
                         self.counters.reconnects += self.counters.connects > 1
-                if now_state == "live" and state == "waiting":
-                    self.encode.keyframe()  # a peer came: what it gets starts on one
                 self._set_state(now_state)
                 state = now_state
+            wanted = sink.wants_packets()
+            if wanted != attached:
+                self._join(wanted)
+                attached = wanted
+                start_us, base_us = None, (last_us + frame_us if last_us else 0)
             with self._lock:
                 if not self._queue and not self._stopped.is_set():
                     self._lock.wait(WAKE_S)
@@ -253,7 +341,9 @@ class Push:
                     start_us = packet.pts_us  # the queue starts on a keyframe
                 if packet.pts_us < start_us:
                     continue  # sound from before the first picture
-                sink.send(packet, packet.pts_us - start_us)
+                pts_us = base_us + packet.pts_us - start_us
+                sink.send(packet, pts_us)
+                last_us = max(last_us, pts_us)
                 if packet.video:
                     with self._lock:
                         self.counters.frames_sent += 1

@@ -3,13 +3,16 @@ that come with it (a stream key, a Bearer token, an SRT passphrase), which are n
 
 `Destination.parse` checks what a user typed and keeps the secrets apart from the address: an RTMP URL's stream
 key (everything after the application, `rtmp://HOST/APP/KEY`) may come in the URL or as `key`; an SRT URL's
-`passphrase` and `streamid` in its query or as fields; a WHIP endpoint's Bearer token as `key`. `shown` is the
-URL with each secret replaced by `***`, and `redact` does the same to any text (an FFmpeg or GStreamer error
-that quotes the URL).
+`passphrase` and `streamid` in its query or as fields; a WHIP endpoint's Bearer token as `key`, and whatever
+its URL may carry one in (platforms put the key in the path, `/<key>/webRTC/publish`, or in the query under
+names of their own): every query value and every path segment but plain words. `shown` is the URL with each
+secret replaced by `***`, and `redact` does the same to any text (an FFmpeg or GStreamer error that quotes the
+URL), a whole component at a time: a short secret `d` leaves "refused" alone.
 """
 
 from __future__ import annotations
 
+import re
 import urllib.parse
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal
@@ -21,7 +24,11 @@ KINDS: dict[str, Kind] = {"rtmp": "rtmp", "rtmps": "rtmp", "srt": "srt", "http":
 SRT_LATENCY_MS = 120  # libsrt's default receive latency
 SRT_PASSPHRASE = (10, 79)  # libsrt's bounds on a passphrase's length
 URL_MAX = 2048
-SECRET_PARAMS = {"token", "access_token", "key", "auth", "authorization", "secret", "password", "sig", "signature"}
+# A WHIP path segment shown as it is: a plain word such as `whip`, `webRTC` or `publish`; any other (digits,
+# long, mixed) may be a key.
+PLAIN_SEGMENT = re.compile(r"[A-Za-z][A-Za-z_-]{0,23}")
+# Characters that continue a URL component: a secret is replaced only where none of them touch it.
+_COMPONENT_CHARS = r"A-Za-z0-9._~%+\-"
 
 
 class DestinationInvalid(ValueError):
@@ -78,7 +85,7 @@ class Destination:
             return f"{self.url.rstrip('/')}/{HIDDEN if hide else self.key}" if self.key else self.url
         if self.kind == "srt":
             return _with_query(self.url, self.public_query(hide))
-        return self.redact_values(self.url) if hide else self.url
+        return _whip_shown(self.url) if hide else self.url
 
     @property
     def shown(self) -> str:
@@ -86,13 +93,12 @@ class Destination:
         return self.address(hide=True)
 
     def redact_values(self, text: str) -> str:
-        """`text` with every secret replaced by `***` (the full address left alone)."""
+        """`text` with every secret replaced by `***` where it stands as a whole component (between `/`, `=`,
+        `&`, spaces, quotes...), never inside a longer word."""
         for secret in sorted(set(self.secrets), key=len, reverse=True):
             if secret:
-                text = text.replace(secret, HIDDEN)
-                quoted = urllib.parse.quote(secret, safe="")
-                if quoted != secret:
-                    text = text.replace(quoted, HIDDEN)
+                for form in dict.fromkeys((secret, urllib.parse.quote(secret, safe=""))):
+                    text = _whole(form).sub(HIDDEN, text)
         return text
 
     def public_query(self, hide: bool) -> dict[str, str]:
@@ -139,6 +145,25 @@ class Destination:
         return cls.parse(raw["url"], key=raw.get("key"))
 
 
+def _whole(secret: str) -> re.Pattern[str]:
+    """`secret` between component boundaries (an escape such as `%2F` is one too)."""
+    before = f"(?:(?<=%[0-9A-Fa-f]{{2}})|(?<![{_COMPONENT_CHARS}]))"
+    after = f"(?=%[0-9A-Fa-f]{{2}}|[^{_COMPONENT_CHARS}]|$)"
+    return re.compile(before + re.escape(secret) + after)
+
+
+def _secret_segments(path: str) -> list[str]:
+    return [segment for segment in path.split("/") if segment and not PLAIN_SEGMENT.fullmatch(segment)]
+
+
+def _whip_shown(url: str) -> str:
+    """A WHIP URL with every path segment but plain words, and every query value, as `***`."""
+    parts = urllib.parse.urlsplit(url)
+    path = "/".join(s if not s or PLAIN_SEGMENT.fullmatch(s) else HIDDEN for s in parts.path.split("/"))
+    query = [(name, HIDDEN if value else "") for name, value in urllib.parse.parse_qsl(parts.query, True)]
+    return urllib.parse.urlunsplit(parts._replace(path=path, query=urllib.parse.urlencode(query, safe="*")))
+
+
 def _with_query(url: str, query: dict[str, str]) -> str:
     parts = urllib.parse.urlsplit(url)
     return urllib.parse.urlunsplit(parts._replace(query=urllib.parse.urlencode(query, safe="*")))
@@ -172,8 +197,9 @@ def _whip(parts: urllib.parse.SplitResult, key: str | None) -> Destination:
         raise DestinationInvalid("a WHIP endpoint's URL has no fragment")
     key = _check_secret("key", key)
     query = urllib.parse.parse_qsl(parts.query, keep_blank_values=True)
-    # A token in the query is hidden too: values of the parameters that name one, and any long value.
-    secrets = tuple(v for k, v in query if v and (len(v) >= 16 or k.lower() in SECRET_PARAMS))
+    # Whatever may carry a token is hidden: every query value, whatever its name, and the path's non-words.
+    segments = _secret_segments(parts.path)
+    secrets = (*(v for _, v in query if v), *segments, *(urllib.parse.unquote(s) for s in segments))
     url = urllib.parse.urlunsplit(parts._replace(scheme=parts.scheme.lower()))
     return Destination("whip", url, key=key, secrets=(*secrets, *((key,) if key else ())))
 

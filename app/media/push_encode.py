@@ -85,6 +85,7 @@ class PushEncode:
         self._audio: collections.deque[av.AudioFrame] = collections.deque()
         self._audio_queued = 0.0  # seconds
         self._audio_dropped = 0.0
+        self.frames_encoded = 0  # video frames encoded so far (none while nothing is attached)
 
     # ------------------------------------------------------------------------------ the feed's listeners
 
@@ -176,6 +177,7 @@ class PushEncode:
             if last is not None:
                 forced = wanted and time.monotonic() - last_keyframe >= KEYFRAME_MIN_S
                 encoded = self._video(video, last, ticks, forced, not fresh, dropped)
+                self.frames_encoded += 1
                 if any(p.keyframe for p in encoded):
                     last_keyframe = time.monotonic()
                     with self._lock:

@@ -1,14 +1,12 @@
-"""Where ingest may connect: a host policy against server-side request forgery.
+"""Where ingest may connect: the destination policy (`app.destination_policy`) with ingest's defaults, and the
+RTSP redirect refusal.
 
-A stream source names a host the server will connect to, so a client could aim the server at its own admin
-ports, at the cloud metadata address (169.254.169.254) or at anything else only the server can reach. The policy:
-the host must be a valid name or address; it is resolved once, every address it resolves to must be allowed, and
-the source is opened at the checked address (so a second lookup cannot answer differently). Refused by default:
-loopback, link-local, multicast, unspecified, reserved and broadcast addresses, and this server's own ports on
-its own addresses. Private ranges are allowed (LAN cameras live there) unless turned off. `allowed_networks`,
-when set, is the complete list of networks a source may be in, and may include loopback (tests, a camera proxy
-on the same machine). An rtsp:// source is asked once for its description before ingest starts, and refused when
-it answers with a redirect (FFmpeg would follow it anywhere).
+The policy is the one every connection the server makes on a user's word goes through (pushes too): the host
+is resolved once, every address must be allowed, and the source is opened at the checked address. Ingest's
+defaults: private ranges are allowed (LAN cameras live there) unless SWAPCAST_INGEST_ALLOW_PRIVATE turns them
+off, and SWAPCAST_INGEST_ALLOWED_NETWORKS, when set, is the complete list of networks a source may be in. An
+rtsp:// source is asked once for its description before ingest starts, and refused when it answers with a
+redirect (FFmpeg would follow it anywhere).
 
 Errors from a source are reported to its owner as coarse classes only (`coarse_error`), so a stream's
 `last_error` cannot be used to tell open, closed and non-RTSP ports apart.
@@ -16,104 +14,60 @@ Errors from a source are reported to its owner as coarse classes only (`coarse_e
 
 from __future__ import annotations
 
-import ipaddress
 import re
 import socket
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
-from urllib.parse import SplitResult, urlsplit, urlunsplit
+from collections.abc import Iterable
+from dataclasses import dataclass
+from urllib.parse import urlsplit, urlunsplit
 
-IpAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
-IpNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
+from app.destination_policy import (
+    CheckedDestination,
+    DestinationPolicy,
+    DestinationRefused,
+    HostUnresolved,
+    IpAddress,
+    IpNetwork,
+    is_local_address,
+    networks,
+    redact_credentials,
+    valid_host_name,
+)
 
-_LABEL = re.compile(r"^(?!-)[A-Za-z0-9-]{1,63}(?<!-)$")
-_CREDENTIALS = re.compile(r"(?<=://)[^/@\s]*@")
+__all__ = [
+    "CheckedSource",
+    "HostUnresolved",
+    "IngestPolicy",
+    "IpAddress",
+    "IpNetwork",
+    "SourceRefused",
+    "coarse_error",
+    "is_local_address",
+    "redact_credentials",
+    "refuse_redirects",
+    "valid_host_name",
+]
+
 DEFAULT_RTSP_PORT = 554
-RESOLVE_TIMEOUT_S = 5.0
-
-Resolver = Callable[[str, int], list[str]]
-
-
-class SourceRefused(Exception):
-    """A source the policy does not allow; answered with 422 and the reason."""
-
-
-class HostUnresolved(SourceRefused):
-    """The source's host name does not resolve (now): refused at creation, retried on a reconnect."""
-
-
-@dataclass(frozen=True)
-class CheckedSource:
-    connect_url: str  # the URL with its host replaced by the checked address: what ingest opens
-    display_url: str  # the URL without credentials: what responses and logs show
-    address: str
-
-
-def redact_credentials(url: str) -> str:
-    """`url` with any user:password@ removed: rtsp://admin:s3cret@cam/x becomes rtsp://***@cam/x."""
-    return _CREDENTIALS.sub("***@", url)
-
-
-def valid_host_name(host: str) -> bool:
-    if len(host) > 253 or not host:
-        return False
-    return all(_LABEL.match(label) for label in host.rstrip(".").split("."))
-
-
-def _system_resolver(host: str, port: int) -> list[str]:
-    infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
-    return list(dict.fromkeys(str(info[4][0]) for info in infos))
-
-
-def is_local_address(address: str) -> bool:
-    """True when this machine owns `address` (a socket can bind to it)."""
-    family = socket.AF_INET6 if ":" in address else socket.AF_INET
-    with socket.socket(family, socket.SOCK_DGRAM) as probe:
-        try:
-            probe.bind((address, 0))
-        except OSError:
-            return False
-    return True
+SourceRefused = DestinationRefused  # a source the policy does not allow; answered with 422 and the reason
+CheckedSource = CheckedDestination
 
 
 @dataclass
-class IngestPolicy:
-    allowed_networks: list[IpNetwork] = field(default_factory=list)
-    allow_private: bool = True
-    own_ports: frozenset[int] = frozenset()
-    resolver: Resolver = _system_resolver
-
+class IngestPolicy(DestinationPolicy):
     @classmethod
-    def from_settings(cls, networks: Iterable[str], allow_private: bool, own_ports: Iterable[int]) -> IngestPolicy:
+    def from_settings(
+        cls,
+        networks_: Iterable[str],
+        allow_private: bool,
+        own_ports: Iterable[int],
+        extra_networks: Iterable[str] = (),
+    ) -> IngestPolicy:
         return cls(
-            allowed_networks=[ipaddress.ip_network(n, strict=False) for n in networks],
+            allowed_networks=networks(networks_),
             allow_private=allow_private,
             own_ports=frozenset(p for p in own_ports if p),
+            extra_networks=networks(extra_networks),
         )
-
-    def check(self, url: str) -> CheckedSource:
-        """The source to open, or `SourceRefused` with the reason."""
-        parts = urlsplit(url)
-        host = parts.hostname or ""
-        port = parts.port or DEFAULT_RTSP_PORT
-        try:
-            literal: IpAddress | None = ipaddress.ip_address(host)
-        except ValueError:
-            literal = None
-        if literal is None and not valid_host_name(host):
-            raise SourceRefused("source_url has an invalid host name")
-        try:
-            addresses = [host] if literal is not None else self.resolver(host, port)
-        except (OSError, UnicodeError):
-            raise HostUnresolved("source_url's host does not resolve") from None
-        if not addresses:
-            raise HostUnresolved("source_url's host does not resolve")
-        for address in addresses:
-            reason = self.refusal(ipaddress.ip_address(address.split("%", 1)[0]), port)
-            if reason is not None:
-                raise SourceRefused(f"source_url is not allowed: {reason}")
-        chosen = addresses[0]
-        return CheckedSource(_with_host(parts, chosen), redact_credentials(url), chosen)
 
     def check_and_probe(self, url: str) -> CheckedSource:
         """`check`, then `refuse_redirects` at the checked address: what must hold each time ingest opens `url`.
@@ -121,40 +75,6 @@ class IngestPolicy:
         checked = self.check(url)
         refuse_redirects(checked)
         return checked
-
-    def refusal(self, address: IpAddress, port: int) -> str | None:
-        """Why a connection to `address:port` is refused, or None when it is allowed."""
-        if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-            address = address.ipv4_mapped
-        if port in self.own_ports and (address.is_loopback or is_local_address(str(address))):
-            return "it is this server's own port"
-        if self.allowed_networks:
-            if any(address in network for network in self.allowed_networks):
-                return None
-            return "the address is outside the networks ingest may reach (SWAPCAST_INGEST_ALLOWED_NETWORKS)"
-        if address.is_loopback:
-            return "loopback addresses are refused"
-        if address.is_link_local:
-            return "link-local addresses (such as 169.254.169.254) are refused"
-        if address.is_multicast:
-            return "multicast addresses are refused"
-        if address.is_unspecified:
-            return "the unspecified address is refused"
-        if address.is_reserved or (isinstance(address, ipaddress.IPv4Address) and address == _BROADCAST):
-            return "reserved addresses are refused"
-        if address.is_private and not address.is_global and not self.allow_private:
-            return "private addresses are refused (SWAPCAST_INGEST_ALLOW_PRIVATE)"
-        return None
-
-
-_BROADCAST = ipaddress.IPv4Address("255.255.255.255")
-
-
-def _with_host(parts: SplitResult, address: str) -> str:
-    host = f"[{address}]" if ":" in address else address
-    userinfo = parts.netloc.rpartition("@")[0]
-    netloc = (userinfo + "@" if userinfo else "") + host + (f":{parts.port}" if parts.port else "")
-    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
 
 
 def coarse_error(error: str | None) -> str | None:

@@ -1,7 +1,9 @@
 """Owned live resources and their revocation: sessions, streams and WHEP viewers are registered with the
 credential that opened them; deleting an identity ends every session and stream showing it, and revoking a key
-ends everything opened with it: its sessions, streams, viewers and the viewer tokens it minted (with their
-viewers). A key that disappears from the keys file (deleted by hand, or the whole file gone) counts as revoked.
+ends everything opened with it: its sessions, streams, viewers, the viewer tokens it minted (with their
+viewers) and the channels' pushes it added (stopped, and removed from the push store). A key that disappears
+from the keys file (deleted by hand, or the whole file gone) counts as revoked. `StoredCredentials` tells the
+push store's records, which outlive the process, whether their key may still run them.
 
 A session ended this way stops sending at once: its output track is stopped before the close begins, so no
 frame made with the revoked identity or credential leaves after the request that revoked it returned.
@@ -13,7 +15,8 @@ import logging
 from collections.abc import Callable
 
 from app.auth.access import Access
-from app.auth.principal import Principal
+from app.auth.keys import KeyStore
+from app.auth.principal import LOCAL_ID, Principal
 from app.auth.viewer_tokens import ViewerToken
 from app.media.webrtc import Session
 from app.pipeline.identity_map import identities_of
@@ -29,6 +32,28 @@ KEY_REVOKED = "key revoked"
 TOKEN_REVOKED = "viewer token revoked"
 
 
+class StoredCredentials:
+    """The credentials of stored pushes against the keys file (`app.server.pushes.Credentials`). JWTs and local
+    mode have nothing to revoke: their pushes run while their owner's requests would."""
+
+    def __init__(self, keys: KeyStore) -> None:
+        self.keys = keys
+
+    def valid(self, credential: str) -> bool:
+        if credential == LOCAL_ID or credential.startswith("jwt:"):
+            return True
+        return credential in self.keys.active_ids()
+
+    def of_owner(self, owner: str) -> str | None:
+        """A record from before credentials were kept: its owner's only key ever, while active (another key of
+        the name, revoked or not, could have added it); a JWT subject or local mode is its own credential."""
+        if owner == LOCAL_ID or owner.startswith("jwt:"):
+            return owner
+        name = owner.removeprefix("key:")
+        keys = [r for r in self.keys.records() if r.name == name] if owner.startswith("key:") else []
+        return keys[0].id if len(keys) == 1 and keys[0].active else None
+
+
 class RevocationWatcher:
     def __init__(self, state: ServerState, access: Access) -> None:
         self.state = state
@@ -36,6 +61,7 @@ class RevocationWatcher:
         self._task: asyncio.Task[None] | None = None
         self._audit_tasks: set[asyncio.Task[None]] = set()
         self._active: set[str] = set()
+        self._pushes_left: set[str] = set()  # revoked keys whose pushes could not all be ended yet
 
     # ------------------------------------------------------------------------------ lifecycle
 
@@ -64,6 +90,8 @@ class RevocationWatcher:
             self._active = active
             if gone:
                 await self.end_credentials(gone)
+            elif self._pushes_left:
+                await self._end_pushes(set())
 
     # ------------------------------------------------------------------------------ registering
 
@@ -130,7 +158,22 @@ class RevocationWatcher:
         """End everything opened with these credentials (key ids), including the viewer tokens they minted."""
         tokens = self.access.viewer_tokens.revoke_minted_by(credentials)
         await self._end_opened_with(credentials | {t.credential for t in tokens}, KEY_REVOKED)
+        await self._end_pushes(credentials)
         self.access.audit.event("key_revoked", key_ids=sorted(credentials), viewer_tokens=sorted(t.id for t in tokens))
+
+    async def _end_pushes(self, credentials: set[str]) -> None:
+        """The pushes added with these keys stop and are forgotten (audited as `push_ended`)."""
+        channels = self.state.channels
+        if channels is None or channels.pushes is None:
+            return
+        credentials = credentials | self._pushes_left
+        try:
+            await asyncio.to_thread(channels.pushes.end_credentials, channels.outputs(), credentials, KEY_REVOKED)
+        except Exception:  # the push store cannot be written now: the next look at the keys tries again
+            log.exception("the pushes of revoked keys %s could not all be ended", sorted(credentials))
+            self._pushes_left = credentials
+        else:
+            self._pushes_left = set()
 
     async def revoke_viewer_token(self, token: ViewerToken) -> None:
         """Revoke a viewer token; the viewers opened with it end before this returns."""

@@ -11,6 +11,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from app.auth.settings import AccessSettings
 from app.content.settings import ContentSettings
+from app.media.push_policy import parse_port_range
 from app.provenance.settings import ProvenanceSettings
 from app.server.connections import ConnectionLimits
 from app.server.ice import IceSettings
@@ -96,6 +97,15 @@ class ServerSettings(BaseSettings):
     channel_height: int = Field(720, ge=16, le=2160, multiple_of=2, description="A new channel's picture height.")
     channel_fps: int = Field(30, ge=1, le=60, description="A new channel's frame rate.")
     max_channels_per_principal: int = Field(8, ge=1, description="Channels one principal may own (409 beyond).")
+    # Each channel encodes its picture for each kind of consumer it has (RTSP, SRT, pushes): what one key may
+    # make the server encode is bounded by these and by the channels it may own.
+    max_channels: int = Field(64, ge=1, description="Channels on this server, all owners together (409 beyond).")
+    max_channel_pixels: int = Field(
+        1920 * 1080,
+        ge=16 * 16,
+        description="Pixels of a channel's picture, width times height: 1920x1080 or 1080x1920 (422 beyond).",
+    )
+    max_channel_fps: int = Field(60, ge=1, le=60, description="A channel's highest frame rate (422 beyond).")
     pushes_enabled: bool = Field(
         True,
         description=(
@@ -109,6 +119,14 @@ class ServerSettings(BaseSettings):
     )
     push_retry_max_s: float = Field(
         30.0, gt=0.0, le=600.0, description="The longest a failed push waits before it connects again."
+    )
+    max_push_workers: int = Field(
+        16,
+        ge=1,
+        description=(
+            "Pushes running on this server at once, all channels together, each a child process of about 120 MB "
+            "while it connects or sends: a new push beyond it gets 503; stored ones beyond it wait their turn."
+        ),
     )
     identity_cache_items: int = Field(64, ge=1, description="Prepared identities kept in memory.")
     max_upload_bytes: int = Field(
@@ -258,6 +276,23 @@ class ServerSettings(BaseSettings):
         ),
     )
     ingest_allow_private: bool = Field(True, description="Let ingest connect to private address ranges.")
+    # The destination policy (app/destination_policy.py) of every connection made on a user's word, ingest and
+    # pushes alike: these networks are allowed although it refuses them by default.
+    destination_allowed_networks: list[str] = Field(
+        default_factory=list,
+        description=(
+            "Networks ingest sources and pushes may reach although the destination policy refuses them "
+            '(JSON list, e.g. ["192.168.1.0/24"] for a LAN, ["127.0.0.0/8"] for a server on this machine); '
+            "this server's own ports stay refused."
+        ),
+    )
+    push_listener_ports: str = Field(
+        "10000-10019",
+        description=(
+            "Ports an SRT listener push may listen on (FIRST-LAST); it binds the server's host and needs a "
+            "passphrase (422 otherwise)."
+        ),
+    )
     # A stream whose source has not delivered a frame for this many attempts, or this long, becomes `failed`
     # and frees its slot (the owner can restart it).
     stream_give_up_attempts: int = Field(
@@ -314,7 +349,7 @@ class ServerSettings(BaseSettings):
             self.pipeline = self.pipeline.model_copy(update={"refine_landmarks": False})
         return self
 
-    @field_validator("ingest_allowed_networks")
+    @field_validator("ingest_allowed_networks", "destination_allowed_networks")
     @classmethod
     def _networks(cls, value: list[str]) -> list[str]:
         for network in value:
@@ -339,6 +374,12 @@ class ServerSettings(BaseSettings):
             parse(value)
         except ValueError:
             raise ValueError(f"{value!r} is not a rate such as 30/minute") from None
+        return value
+
+    @field_validator("push_listener_ports")
+    @classmethod
+    def _port_range(cls, value: str) -> str:
+        parse_port_range(value)
         return value
 
     def connection_limits(self) -> ConnectionLimits:

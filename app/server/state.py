@@ -39,6 +39,7 @@ from app.pipeline.swap import PreparedSource
 from app.provenance.service import Provenance
 from app.runtime.heap import HeapTrimmer
 from app.server.channels import ChannelManager
+from app.server.destinations import push_policy
 from app.server.ingest_policy import IngestPolicy
 from app.server.media_addresses import media_host_addresses
 from app.server.output_guards import OutputGuards
@@ -148,10 +149,15 @@ class ServerState:
         self.uploads = IdentityUploads(
             self.store, IdentityQuota(settings.max_identities, settings.max_identity_bytes), settings.max_image_pixels
         )
-        own_ports = (settings.port, settings.rtsp_port, settings.access.metrics_port or 0)  # 0: none
+        own_ports = (settings.port, settings.rtsp_port, settings.access.metrics_port or 0, settings.srt_port or 0)
         self.ingest_policy = IngestPolicy.from_settings(
-            settings.ingest_allowed_networks, settings.ingest_allow_private, own_ports
+            settings.ingest_allowed_networks,
+            settings.ingest_allow_private,
+            own_ports,
+            extra_networks=settings.destination_allowed_networks,
         )
+        # Pushes: the same policy without private ranges (a platform's ingest is public; a LAN relay is named).
+        self.push_policy = push_policy(settings, own_ports)
         # Each action's limit is its SWAPCAST_RATE_<ACTION> setting.
         self.rate_limiter = RateLimiter({action: getattr(settings, f"rate_{action}") for action in RATE_ACTIONS})
         self.provenance = Provenance(settings.provenance)

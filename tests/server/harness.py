@@ -96,6 +96,14 @@ class RunningServer:
             self.stop()
 
 
+# Pushes (and ingest) to the tests' own servers on loopback, which the destination policy refuses by default; an
+# SRT listener push on any port the test picks.
+LOOPBACK_DESTINATIONS: dict[str, Any] = {
+    "destination_allowed_networks": ["127.0.0.0/8"],
+    "push_listener_ports": "1024-65535",
+}
+
+
 def server_settings(identity_dir: Path, **overrides: Any) -> ServerSettings:
     values: dict[str, Any] = {
         "identity_dir": identity_dir,

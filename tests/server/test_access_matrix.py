@@ -40,7 +40,14 @@ from tests.server.credentials import (
     make_credentials,
     token,
 )
-from tests.server.harness import SELF_CONSENT, RunningServer, camera_file, server_settings, start_server
+from tests.server.harness import (
+    LOOPBACK_DESTINATIONS,
+    SELF_CONSENT,
+    RunningServer,
+    camera_file,
+    server_settings,
+    start_server,
+)
 
 UNAVAILABLE = rtsp_unavailable_reason()
 pytestmark = [
@@ -451,6 +458,7 @@ def world(
         connect_timeout_s=900.0,
         # The matrix's sessions have no peer behind them: they must outlive the unconnected-session timeout.
         ice_timeout_s=900.0,
+        **LOOPBACK_DESTINATIONS,
     )
     with start_server(settings, pipeline_factory) as server:
         yield World(server, creds, tom_png, real_offer(), video)

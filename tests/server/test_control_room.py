@@ -20,7 +20,14 @@ from app.pipeline.pipeline import FramePipeline
 from app.pipeline.types import Image
 from app.settings import PipelineSettings
 from tests.helpers import wait_for
-from tests.server.harness import PAGE_HEADERS, RunningServer, face_crop, server_settings, start_server
+from tests.server.harness import (
+    LOOPBACK_DESTINATIONS,
+    PAGE_HEADERS,
+    RunningServer,
+    face_crop,
+    server_settings,
+    start_server,
+)
 from tests.server.push_servers import NginxRtmp, Reader, nginx_unavailable
 from tests.server.test_browser import (
     CHROMIUM,
@@ -52,6 +59,7 @@ def room_server(
         rtsp_enabled=True,
         rtsp_port=0,
         channel_dir=tmp_path_factory.mktemp("channels"),
+        **LOOPBACK_DESTINATIONS,
     )
     with start_server(settings, pipeline_factory) as server:
         yield server

@@ -20,7 +20,7 @@ from app.pipeline.pipeline import FramePipeline
 from app.settings import PipelineSettings
 from tests.helpers import wait_for
 from tests.server.channel_clients import banded, what_it_shows
-from tests.server.harness import server_settings, start_server, upload
+from tests.server.harness import LOOPBACK_DESTINATIONS, server_settings, start_server, upload
 from tests.server.obs import Obs, ObsDidNotStart, obs_unavailable
 from tests.server.push_servers import free_port
 from tests.server.test_push_delivery import SIZE, Publisher, add_push, make_channel, small
@@ -40,7 +40,9 @@ def shows(obs: Obs, source: str) -> str | None:
 def test_obs_shows_the_swapped_channel_over_rtsp_and_srt(
     tmp_path: Path, pipeline_factory: Callable[[PipelineSettings], FramePipeline], tom_png: bytes, clip: MotionClip
 ) -> None:
-    settings = server_settings(tmp_path / "identities", rtsp_enabled=True, rtsp_port=0, srt_port=0, channel_hold_s=60)
+    settings = server_settings(
+        tmp_path / "identities", rtsp_enabled=True, rtsp_port=0, srt_port=0, channel_hold_s=60, **LOOPBACK_DESTINATIONS
+    )
     obs = Obs(tmp_path / "obs-home")
     try:
         obs.start()

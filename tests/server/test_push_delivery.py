@@ -25,7 +25,7 @@ from app.settings import PipelineSettings
 from tests.helpers import wait_for
 from tests.server.channel_clients import banded
 from tests.server.credentials import bearer
-from tests.server.harness import RunningServer, server_settings, start_server, upload
+from tests.server.harness import LOOPBACK_DESTINATIONS, RunningServer, server_settings, start_server, upload
 from tests.server.push_servers import (
     NginxRtmp,
     Reader,
@@ -91,7 +91,9 @@ class Publisher:
 def test_an_rtmp_push_delivers_the_swapped_channel_with_sound_and_comes_back_after_the_server_does(
     tmp_path: Path, pipeline_factory: Callable[[PipelineSettings], FramePipeline], tom_png: bytes, clip: MotionClip
 ) -> None:
-    settings = server_settings(tmp_path / "identities", push_retry_s=0.2, push_retry_max_s=1.0, channel_hold_s=60)
+    settings = server_settings(
+        tmp_path / "identities", push_retry_s=0.2, push_retry_max_s=1.0, channel_hold_s=60, **LOOPBACK_DESTINATIONS
+    )
     with NginxRtmp(tmp_path / "nginx") as nginx, start_server(settings, pipeline_factory) as server:
         identity = upload(server.base_url, tom_png, "tom.png").json()["id"]
         make_channel(server, "live")
@@ -151,7 +153,7 @@ SRT_MISSING = srt_unavailable_reason() or srt_tools_unavailable()
 def test_srt_pushes_as_caller_and_as_listener_deliver_the_channel_encrypted(
     tmp_path: Path, pipeline_factory: Callable[[PipelineSettings], FramePipeline]
 ) -> None:
-    settings = server_settings(tmp_path / "identities", push_retry_s=0.2, push_retry_max_s=1.0)
+    settings = server_settings(tmp_path / "identities", push_retry_s=0.2, push_retry_max_s=1.0, **LOOPBACK_DESTINATIONS)
     with start_server(settings, pipeline_factory) as server:
         make_channel(server, "srt-out")
         port, listen_port, wrong_port = free_port(), free_port(), free_port()
@@ -171,6 +173,8 @@ def test_srt_pushes_as_caller_and_as_listener_deliver_the_channel_encrypted(
                 assert wait_for(lambda p=push: push_stats(server, "srt-out", p["id"])["state"] == "live", 30)
             time.sleep(4.0)
             said = caller.stop()
+            # The refused one fails when its caller gives up (SRT_CONNECT_TIMEOUT_S after its start).
+            assert wait_for(lambda: push_stats(server, "srt-out", refused["id"])["last_error"] is not None, 20)
             failed = push_stats(server, "srt-out", refused["id"])
             assert failed["state"] != "live" and failed["last_error"], failed
             assert PASSPHRASE not in str(failed)
@@ -201,7 +205,7 @@ def demuxed(path: Path) -> tuple[list[tuple[bool, bytes]], int, int]:
 def test_a_channels_pushes_share_one_encode_and_a_later_one_starts_on_a_keyframe(
     tmp_path: Path, pipeline_factory: Callable[[PipelineSettings], FramePipeline], tom_png: bytes, clip: MotionClip
 ) -> None:
-    settings = server_settings(tmp_path / "identities", push_retry_s=0.2, push_retry_max_s=1.0)
+    settings = server_settings(tmp_path / "identities", push_retry_s=0.2, push_retry_max_s=1.0, **LOOPBACK_DESTINATIONS)
     with start_server(settings, pipeline_factory) as server:
         identity = upload(server.base_url, tom_png, "tom.png").json()["id"]
         make_channel(server, "shared")

@@ -14,6 +14,7 @@ from app.pipeline.pipeline import FramePipeline
 from app.settings import PipelineSettings
 from tests.helpers import wait_for
 from tests.server.credentials import TwoUsers, two_users_server
+from tests.server.harness import LOOPBACK_DESTINATIONS
 
 KEY = "live_123456789_SeCrEtStreamKey"
 TOKEN = "whip-bearer-SeCrEt-token-0987"
@@ -35,6 +36,7 @@ def keyed(
         max_pushes_per_channel=3,
         push_retry_s=0.2,
         push_retry_max_s=0.5,
+        **LOOPBACK_DESTINATIONS,
     ) as keyed:
         yield keyed
 
@@ -130,7 +132,8 @@ def test_a_channel_has_a_bounded_number_of_pushes_and_they_go_with_it(keyed: Key
         added = keyed.call("POST", "/v1/channels/alice-many/pushes", keyed.alice, json=body)
         assert added.status_code == 201, added.text
         assert added.json()["url"] == f"srt://127.0.0.1:{port}?mode=caller&latency={200 + n}&passphrase=***"
-    refused = keyed.call("POST", "/v1/channels/alice-many/pushes", keyed.alice, json={"url": "rtmp://h/live"})
+    more = {"url": f"rtmp://127.0.0.1:{port}/live"}
+    refused = keyed.call("POST", "/v1/channels/alice-many/pushes", keyed.alice, json=more)
     assert refused.status_code == 409 and "most" in refused.json()["detail"]
     store = keyed.root / "channels" / "pushes.json"
     assert store.read_text().count(PASSPHRASE) == 3

@@ -25,7 +25,7 @@ from app.settings import PipelineSettings
 from tests.helpers import wait_for
 from tests.server.channel_clients import RtspConsumer, banded
 from tests.server.credentials import USER_SCOPES, bearer
-from tests.server.harness import RunningServer, server_settings, start_server, upload
+from tests.server.harness import LOOPBACK_DESTINATIONS, RunningServer, server_settings, start_server, upload
 from tests.server.test_rtsp_outputs import check_swapped, pull
 from tests.server.whip_publisher import WhipPublisher, whip_unavailable_reason
 
@@ -52,7 +52,7 @@ def keyed_server(
         channel_dir=root / "channels",
         rtsp_enabled=True,
         rtsp_port=0,
-        **overrides,
+        **(LOOPBACK_DESTINATIONS | overrides),
     )
     return start_server(settings, pipeline_factory), key
 

@@ -9,6 +9,11 @@ which channels exist; the refusal's real reason goes to `on_refused`, without th
 libsrt tells the listener nothing of a handshake that failed after its hook, so a connection the hook let
 through that is not accepted within `PENDING_S` counts as refused.
 
+Refusals are logged (WARNING) and handed to `on_refused` (the audit log) for the first `REFUSALS_SHOWN` of each
+client address in any `REFUSAL_WINDOW_S`; the rest are counted (`refusals_unreported`), and each address's
+count goes out as one line when its window ends: a caller that retries 300 times in 3 s makes a dozen lines,
+not 600.
+
 A channel's callers share its one encode (`ChannelEncode`), started with the first and stopped `IDLE_S` after
 the last leaves.
 """
@@ -35,6 +40,9 @@ IDLE_S = 2.0
 WAIT_MS = 200
 STREAM_ID_SHOWN = 64  # characters of a refused stream id kept in the log
 LATENCY_MS = 120
+REFUSALS_SHOWN = 10  # refusals of one client address logged and audited in full per window
+REFUSAL_WINDOW_S = 60.0
+REFUSAL_ADDRESSES = 4096  # addresses tracked at once; beyond them refusals are only counted
 
 Refused = Callable[[str, str, str], None]  # (client address, stream id as shown, reason)
 
@@ -65,6 +73,15 @@ class _Channel:
     idle_since: float | None = None
 
 
+@dataclass
+class _Refusals:
+    """One client address's refusals in its current window."""
+
+    since: float
+    shown: int = 0
+    unreported: int = 0
+
+
 @dataclass(frozen=True)
 class _Pending:
     channel: str | None  # None: the stream id names no channel here
@@ -82,6 +99,9 @@ class SrtListener:
         self._lock = threading.Lock()
         self._channels: dict[str, _Channel] = {}
         self._pending: dict[int, _Pending] = {}
+        self._refusals: dict[str, _Refusals] = {}  # by client address, guarded by `_refusals_lock`
+        self._refusals_lock = threading.Lock()
+        self.refusals_unreported = 0  # refusals counted but not logged one by one, since the start
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
         self._hook = lib.ListenHook(self._on_connect)  # kept: libsrt calls it for as long as it listens
@@ -236,6 +256,7 @@ class SrtListener:
         for pending in refusals:
             reason = "no channel has that stream id" if pending.channel is None else "wrong or missing passphrase"
             self._refused(pending.address, pending.stream_id, reason)
+        self._end_refusal_windows(now)
         for channel in channels:
             with self._lock:
                 encode = channel.encode
@@ -250,6 +271,32 @@ class SrtListener:
             threading.Thread(target=encode.stop, name=f"srt-{channel.name}-stop", daemon=True).start()
 
     def _refused(self, address: str, stream_id: str, reason: str) -> None:
-        log.warning("SRT caller %s refused (stream id %r): %s", address, shown(stream_id), reason)
-        if self._on_refused is not None:
-            self._on_refused(address, shown(stream_id), reason)
+        """Logged and audited while the address is within its share of the window; counted otherwise."""
+        now = time.monotonic()
+        with self._refusals_lock:
+            window = self._refusals.get(address)
+            if window is None and len(self._refusals) < REFUSAL_ADDRESSES:
+                window = self._refusals[address] = _Refusals(now)
+            report = window is not None and window.shown < REFUSALS_SHOWN
+            if window is not None:
+                window.shown += report
+                window.unreported += not report
+            if not report:
+                self.refusals_unreported += 1
+        if report:
+            log.warning("SRT caller %s refused (stream id %r): %s", address, shown(stream_id), reason)
+            if self._on_refused is not None:
+                self._on_refused(address, shown(stream_id), reason)
+
+    def _end_refusal_windows(self, now: float) -> None:
+        """Each address whose window ended: forgotten, and what it was not told of said in one line."""
+        with self._refusals_lock:
+            ended = [(a, w) for a, w in self._refusals.items() if now - w.since >= REFUSAL_WINDOW_S]
+            for address, _ in ended:
+                del self._refusals[address]
+        for address, window in ended:
+            if window.unreported:
+                reason = f"{window.unreported} more refusals in {REFUSAL_WINDOW_S:.0f} s, not logged one by one"
+                log.warning("SRT caller %s: %s", address, reason)
+                if self._on_refused is not None:
+                    self._on_refused(address, "", reason)

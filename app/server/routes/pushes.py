@@ -50,8 +50,9 @@ async def add_push(
     access: AccessDep,
     response: Response,
 ) -> dict[str, Any]:
-    """A new push of your channel; it connects at once and reconnects by itself. 422 for a URL it cannot use,
-    409 when the channel has its most pushes."""
+    """A new push of your channel; it connects at once and reconnects by itself, and ends when the key that
+    added it is revoked. 422 for a URL it cannot use, 409 when the channel has its most pushes, 503 when the
+    server runs its most."""
     _, channel = owned(state, name, principal, access)
     state.rate_limiter.hit("credentials", principal.id, client_address(request))
     destination = Destination.parse(
@@ -62,7 +63,9 @@ async def add_push(
         mode=body.mode,
         latency_ms=body.latency_ms,
     )
-    push = await state.run_control(manager(state).add, channel, principal.id, destination)
+    # The destination policy, before anything connects: 422 with the reason (app.media.push_policy).
+    destination = await state.run_control(state.push_policy.check, destination)
+    push = await state.run_control(manager(state).add, channel, principal.id, destination, principal.credential)
     response.headers["Location"] = f"/v1/channels/{channel.id}/pushes/{push['id']}"
     return push
 
@@ -88,5 +91,5 @@ async def delete_push(
 ) -> Response:
     """Stop the push and forget it (its key with it)."""
     _, channel = owned(state, name, principal, access)
-    await state.run_control(manager(state).remove, channel, push_id)
+    await state.run_control(manager(state).remove, channel, push_id, principal.id)
     return Response(status_code=204)

@@ -257,10 +257,10 @@ class EncoderSettings(BaseSettings):
     return_recovery: bool = Field(
         True,
         description=(
-            "A session's return resends every packet the client asks for from a 1024-packet history and, while "
-            "the client reports loss, makes it ask again for packets still missing every 0.1 s; a client that "
-            "cannot ask for packets gets a keyframe every 0.5 s while it reports loss (false: aiortc's own "
-            "retransmissions alone)."
+            "A session's return and a WHEP viewer's video resend every packet the receiver asks for from a "
+            "1024-packet history and, while the receiver reports loss, make it ask again for packets still "
+            "missing every 0.1 s; a receiver that cannot ask for packets gets a keyframe every 0.5 s while it "
+            "reports loss (false: aiortc's own retransmissions alone)."
         ),
     )
     threads: int = Field(1, ge=0, le=16, description="Threads per encoder; 0: FFmpeg's choice.")

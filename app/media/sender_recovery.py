@@ -25,9 +25,11 @@ depend on the sender; this one must not depend on the receiver.
   itself (a browser) at most asks for the empty packet, which is resent (tens of bytes).
 
 A receiver that did not negotiate NACK cannot be helped by either: while its receiver reports show loss it is
-sent a keyframe every `LOSS_KEYFRAME_INTERVAL_S` (the encoder's `keyframes_under_loss`), so a loss stays on its
-screen half a second at most. Keyframe requests (PLI/FIR) are aiortc's: the next frame is encoded as a keyframe
-(app.media.encoder limits how often). What every NACK, probe and keyframe request did is counted
+sent a keyframe every `LOSS_KEYFRAME_INTERVAL_S` (the encoder's `keyframes_under_loss`, or, where the sender
+only packetizes frames encoded once for many receivers (a WHEP viewer's, app.media.whep), the hook given to
+`recover_sender`, which asks that shared encode), so a loss stays on its screen half a second at most.
+Keyframe requests (PLI/FIR) are aiortc's: the next frame is encoded as a keyframe (app.media.encoder limits
+how often). What every NACK, probe and keyframe request did is counted
 (`SenderRecoveryCounts`). With `enabled` false the sender is left to aiortc and only counted.
 
 Reaches into aiortc's sender: the history dict it writes each packet into just before sending it
@@ -105,8 +107,10 @@ class SenderRecovery:
         enabled: bool = True,
         clock: Callable[[], float] = time.monotonic,
         on_resent: Callable[[int, float], None] | None = None,
+        keyframes_under_loss: Callable[[float | None], None] | None = None,
     ) -> None:
         self._sender = sender
+        self._keyframes_under_loss = keyframes_under_loss  # None: the sender's own encoder's
         self.enabled = enabled
         self._clock = clock
         self._on_resent = on_resent  # (bytes, when): retransmissions share the link with the media
@@ -148,12 +152,21 @@ class SenderRecovery:
             feedback = getattr(codecs[0], "rtcpFeedback", None) or []
             self.peer_nacks = any(f.type == "nack" and not f.parameter for f in feedback)
 
+    @property
+    def loss_at(self) -> float | None:
+        """When the receiver last showed loss (a NACK, a keyframe request or loss in a report); None before."""
+        return self._loss_at
+
     def _tell_encoder(self) -> None:
         """A receiver that cannot ask for lost packets gets frequent keyframes while it reports loss (the
-        encoder's `keyframes_under_loss`, app.media.encoder)."""
-        encoder = getattr(self._sender, _ENCODER_ATTRIBUTE, None)
-        setter = getattr(encoder, "keyframes_under_loss", None)
-        if self.peer_nacks is None or encoder is None:
+        encoder's `keyframes_under_loss`, app.media.encoder, or the hook given in its place)."""
+        setter = self._keyframes_under_loss
+        if setter is None:
+            encoder = getattr(self._sender, _ENCODER_ATTRIBUTE, None)
+            if encoder is None:
+                return
+            setter = getattr(encoder, "keyframes_under_loss", None)
+        if self.peer_nacks is None:
             return
         self._encoder_told = True
         if callable(setter):
@@ -271,10 +284,15 @@ class _RecordingHistory(dict[int, RtpPacket]):
 
 
 def recover_sender(
-    sender: Any, enabled: bool = True, on_resent: Callable[[int, float], None] | None = None
+    sender: Any,
+    enabled: bool = True,
+    on_resent: Callable[[int, float], None] | None = None,
+    keyframes_under_loss: Callable[[float | None], None] | None = None,
 ) -> SenderRecovery | None:
     """Install the recovery on a video `RTCRtpSender` before it sends; None (with a warning, the sender left as
-    aiortc made it) where this aiortc's sender keeps its history or handlers elsewhere."""
+    aiortc made it) where this aiortc's sender keeps its history or handlers elsewhere. `keyframes_under_loss`:
+    told, in place of the sender's encoder, the keyframe interval a receiver that cannot ask for packets needs
+    while it reports loss (None where it can), for a sender whose frames come encoded."""
     history = getattr(sender, _HISTORY_ATTRIBUTE, None)
     handle: Callable[[Any], Awaitable[None]] | None = getattr(sender, "_handle_rtcp_packet", None)
     retransmit: Callable[[int], Awaitable[None]] | None = getattr(sender, "_retransmit", None)
@@ -282,7 +300,7 @@ def recover_sender(
     if not isinstance(history, dict) or handle is None or retransmit is None or send is None:
         log.warning("this aiortc's sender has no packet history where expected; retransmissions are aiortc's")
         return None
-    recovery = SenderRecovery(sender, enabled, on_resent=on_resent)
+    recovery = SenderRecovery(sender, enabled, on_resent=on_resent, keyframes_under_loss=keyframes_under_loss)
 
     async def handle_rtcp_packet(packet: Any) -> None:
         try:

@@ -13,6 +13,12 @@ keyframe request (PLI/FIR: after loss or an outage) is passed to the hub, at mos
 `VIEWER_KEYFRAME_INTERVAL_S` per viewer (aiortc's sender forgets requests for packets it did not encode; every
 viewer gets the keyframe one asked for).
 
+A viewer may be any receiver (OBS, a player, a script), so its video sender bounds its freezes under loss by
+itself, as a session's does (app.media.sender_recovery): every packet asked for is resent from the sender's own
+history, and while the viewer reports loss it is made to ask again for packets still missing. A viewer that
+cannot ask for packets (no NACK negotiated) asks the shared encode for a keyframe every
+`LOSS_KEYFRAME_INTERVAL_S` while it reports loss (`Viewer.deliver`), which every viewer then gets.
+
 A viewer's connection is a peer like a session's (`app.media.peer`): its offer is checked and its candidates
 capped, its ICE bounded, its answer advertises the server's public address, and it is let go when ICE does not
 complete within the ICE timeout.
@@ -32,7 +38,7 @@ import av
 from av.video.codeccontext import VideoCodecContext
 
 from app.live.frame import OutputFrame
-from app.media.encoder import EncoderPolicy
+from app.media.encoder import LOSS_KEYFRAME_WHILE_S, EncoderPolicy
 from app.media.ice_bounds import BoundedIce
 from app.media.mailbox import Mailbox
 from app.media.packet_track import PacketTrack
@@ -46,6 +52,7 @@ from app.media.peer import (
     ice_up,
     peer_connection,
 )
+from app.media.sender_recovery import SenderRecovery, recover_sender
 from app.media.whep_audio import EncodedAudioTrack, SharedOpusEncoder
 from app.media.yuv import to_frame
 from app.settings import EncoderSettings
@@ -107,12 +114,21 @@ class Viewer:
         self._closing: asyncio.Task[None] | None = None
         self.keyframes_asked = 0  # the viewer's keyframe requests passed to the hub
         self._last_asked: float | None = None
+        self.recovery: SenderRecovery | None = None  # its video sender's (app.media.sender_recovery)
+        self._loss_keyframe_interval_s: float | None = None  # set for a viewer that cannot ask for packets
+        self._loss_keyframe_at: float | None = None  # its last keyframe, delivered or asked for under loss
+        self.keyframes_for_loss = 0  # keyframes asked of the hub for its loss
 
     async def negotiate(self, offer: str) -> str:
         check_offer(offer, self.peer.max_remote_candidates, Role.VIEWER)
         transceiver = self.pc.addTransceiver(self.track, direction="sendonly")
         # What aiortc's sender calls on PLI or FIR (it would force a keyframe of an encoder it does not have here).
         setattr(transceiver.sender, "_send_keyframe", self._keyframe_asked)  # noqa: B010 (an instance's method)
+        # Lost packets resent from the sender's own history and asked for again; keyframes under loss for a
+        # viewer that cannot ask for packets come from the shared encode (`deliver`).
+        self.recovery = recover_sender(
+            transceiver.sender, self.hub.return_recovery, keyframes_under_loss=self._keyframes_under_loss
+        )
         # The shared encodes are H.264 and Opus; set before the offer is applied, so they count.
         transceiver.setCodecPreferences(codec_preferences(["H264"]))
         if "\nm=audio " in offer:
@@ -141,6 +157,28 @@ class Viewer:
             self._last_asked = now
             self.keyframes_asked += 1
             self.hub.request_keyframe()
+
+    def _keyframes_under_loss(self, interval_s: float | None) -> None:
+        self._loss_keyframe_interval_s = interval_s
+
+    def deliver(self, packet: av.Packet, keyframe: bool) -> None:
+        """On the event loop: the shared encode's next frame; for a viewer that cannot ask for lost packets and
+        reports loss, a keyframe asked for once `LOSS_KEYFRAME_INTERVAL_S` passed without one."""
+        now = time.monotonic()
+        if keyframe:
+            self._loss_keyframe_at = now
+        elif self._loss_keyframe_due(now):
+            self._loss_keyframe_at = now
+            self.keyframes_for_loss += 1
+            self.hub.request_keyframe()
+        self.track.deliver(packet, keyframe)
+
+    def _loss_keyframe_due(self, now: float) -> bool:
+        interval = self._loss_keyframe_interval_s
+        lossy = self.recovery.loss_at if self.recovery is not None else None
+        if interval is None or lossy is None or now - lossy > LOSS_KEYFRAME_WHILE_S:
+            return False
+        return self._loss_keyframe_at is None or now - self._loss_keyframe_at >= interval
 
     def _ice_deadline(self) -> None:
         if not ice_up(self.pc):
@@ -174,6 +212,11 @@ class Viewer:
             "frames_dropped": self.track.packets_dropped,
             "audio_packets_sent": self.audio.packets_sent if self.audio is not None else None,
             "keyframes_asked": self.keyframes_asked,
+            "return_recovery": (
+                self.recovery.counts.as_dict() | {"keyframes_for_loss": self.keyframes_for_loss}
+                if self.recovery is not None
+                else None
+            ),
         }
 
 
@@ -206,6 +249,11 @@ class ViewerHub:
     @property
     def dropped(self) -> int:
         return self._frames.dropped
+
+    @property
+    def return_recovery(self) -> bool:
+        """Whether viewers' senders recover their losses (`SWAPCAST_ENCODER_RETURN_RECOVERY`)."""
+        return self._encoder.settings.return_recovery
 
     def viewers(self) -> list[Viewer]:
         return list(self._viewers.values())
@@ -312,4 +360,4 @@ class ViewerHub:
 
     def _deliver(self, packet: av.Packet, keyframe: bool) -> None:
         for viewer in list(self._viewers.values()):
-            viewer.track.deliver(packet, keyframe)
+            viewer.deliver(packet, keyframe)

@@ -3,15 +3,11 @@ aiortc peers on loopback, the receiving one as aiortc makes it, and scripted dro
 
 import asyncio
 import re
-import struct
 import time
-from collections.abc import Callable
-from typing import Any
 
 from aiortc import RTCPeerConnection, RTCSessionDescription
-from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
 from aiortc.rtcpeerconnection import RTCRtpTransceiver
-from aiortc.rtp import RTCP_RTPFB_NACK, HeaderExtensionsMap, RtcpPacket, RtcpRtpfbPacket, RtpPacket, is_rtcp
+from aiortc.rtp import RTCP_RTPFB_NACK, HeaderExtensionsMap, RtcpRtpfbPacket, RtpPacket, is_rtcp
 
 from app.media.encoder import configure_encoders, install_timed_encoders
 from app.media.peer import codec_preferences, use_host_addresses
@@ -19,71 +15,8 @@ from app.media.sender_feedback import tap_sender
 from app.media.sender_recovery import PROBE_INTERVAL_S, PROBE_WHILE_S, SenderRecovery, recover_sender
 from app.settings import EncoderSettings
 from tests.helpers import wait_for_async
+from tests.media.return_drops import WATCH_S, Drops, filter_sent, longest_gap, watch_frames
 from tests.media.test_sender_feedback import NoiseTrack
-
-WATCH_S = 3.0  # watched after the first drop: aiortc's buffer alone would hold frames for 512 packets
-
-
-class Drops:
-    """What the link loses, by rule: the server's media packet X, its first retransmission, media packet Y, and
-    the client's first NACK asking for Y."""
-
-    def __init__(self, sender: Any) -> None:
-        self.sender = sender
-        self.armed = False
-        self.x: int | None = None
-        self.y: int | None = None
-        self.dropped: list[str] = []
-        self._media_seen = 0
-
-    def server_keeps(self, data: bytes) -> bool:
-        if not self.armed or is_rtcp(data):
-            return True
-        packet = RtpPacket.parse(data)
-        if packet.ssrc == self.sender._ssrc and packet.payload:
-            self._media_seen += 1
-            if self.x is None and self._media_seen == 5:
-                self.x = packet.sequence_number
-                return self._drop("media X")
-            if self.y is None and self._media_seen == 40:
-                self.y = packet.sequence_number
-                return self._drop("media Y")
-        elif packet.ssrc == self.sender._rtx_ssrc and len(packet.payload) >= 2:
-            (original,) = struct.unpack("!H", packet.payload[:2])
-            if original == self.x and "rtx X" not in self.dropped:
-                return self._drop("rtx X")
-        return True
-
-    def client_keeps(self, data: bytes) -> bool:
-        if self.y is None or "nack Y" in self.dropped or not is_rtcp(data):
-            return True
-        for packet in RtcpPacket.parse(data):
-            if isinstance(packet, RtcpRtpfbPacket) and packet.fmt == RTCP_RTPFB_NACK and self.y in packet.lost:
-                return self._drop("nack Y")
-        return True
-
-    def _drop(self, what: str) -> bool:
-        self.dropped.append(what)
-        return False
-
-
-def _filter(transport: Any, keeps: Callable[[bytes], bool]) -> None:
-    send = transport._send_rtp
-
-    async def send_rtp(data: bytes) -> None:
-        if keeps(data):
-            await send(data)
-
-    transport._send_rtp = send_rtp
-
-
-async def _watch(track: MediaStreamTrack, arrivals: list[float]) -> None:
-    while True:
-        try:
-            await track.recv()
-        except MediaStreamError:
-            return
-        arrivals.append(time.monotonic())
 
 
 async def _return_through_drops(enabled: bool) -> tuple[float, Drops, SenderRecovery]:
@@ -94,7 +27,7 @@ async def _return_through_drops(enabled: bool) -> tuple[float, Drops, SenderReco
     sender_pc, receiver_pc = RTCPeerConnection(), RTCPeerConnection()
     arrivals: list[float] = []
     tasks: list[asyncio.Task[None]] = []
-    receiver_pc.on("track", lambda track: tasks.append(asyncio.ensure_future(_watch(track, arrivals))))
+    receiver_pc.on("track", lambda track: tasks.append(asyncio.ensure_future(watch_frames(track, arrivals))))
     try:
         transceiver: RTCRtpTransceiver = sender_pc.addTransceiver(NoiseTrack(), direction="sendonly")
         transceiver.setCodecPreferences(codec_preferences(["H264"]))  # H.264 and RTX, as a session's return
@@ -107,15 +40,13 @@ async def _return_through_drops(enabled: bool) -> tuple[float, Drops, SenderReco
         assert await wait_for_async(lambda: len(arrivals) >= 10, 30.0), "no frames on a clean link"
 
         drops = Drops(transceiver.sender)
-        _filter(transceiver.sender.transport, drops.server_keeps)
-        _filter(receiver_pc.getReceivers()[0].transport, drops.client_keeps)
+        filter_sent(transceiver.sender.transport, drops.server_keeps)
+        filter_sent(receiver_pc.getReceivers()[0].transport, drops.client_keeps)
         drops.armed = True
         assert await wait_for_async(lambda: drops.x is not None, 5.0)
         start = time.monotonic()
         await asyncio.sleep(WATCH_S)
-        end = time.monotonic()
-        times = [start, *(t for t in arrivals if start <= t <= end), end]
-        return max(b - a for a, b in zip(times, times[1:], strict=False)), drops, recovery
+        return longest_gap(arrivals, start, time.monotonic()), drops, recovery
     finally:
         for task in tasks:
             task.cancel()
@@ -202,7 +133,7 @@ async def _without_nack() -> None:
     install_timed_encoders()
     sender_pc, receiver_pc = RTCPeerConnection(), RTCPeerConnection()
     tasks: list[asyncio.Task[None]] = []
-    receiver_pc.on("track", lambda track: tasks.append(asyncio.ensure_future(_watch(track, []))))
+    receiver_pc.on("track", lambda track: tasks.append(asyncio.ensure_future(watch_frames(track, []))))
     try:
         transceiver = sender_pc.addTransceiver(NoiseTrack(), direction="sendonly")
         transceiver.setCodecPreferences(codec_preferences(["H264"]))
@@ -229,7 +160,7 @@ async def _without_nack() -> None:
             lost[0] += 1
             return lost[0] % 20 != 0
 
-        _filter(sender.transport, keeps)
+        filter_sent(sender.transport, keeps)
         encoder = tap.encoder()
         assert await wait_for_async(lambda: encoder.loss_keyframe_interval_s == 0.5, 5.0), "told on its first packet"
         assert await wait_for_async(lambda: encoder.keyframes_for_loss >= 3, 10.0), encoder.keyframes_for_loss

@@ -85,7 +85,10 @@ def _model_check(store: ModelStore, label: str, name: str, importer: str, fix: s
 def _hand_check(settings: ServerSettings, store: ModelStore) -> Check:
     """The occlusion stage's hand model, as SWAPCAST_OCCLUSION uses it (app.pipeline.factory.build_hand_finder)."""
     label, mode, name = "hand model (occlusion)", settings.pipeline.occlusion, settings.pipeline.hand_model
-    fix = f"pip install 'swapcast[mesh-import]' (and npm), then swapcast models import {name}"
+    fix = (
+        f"bash scripts/setup.sh (npm, then the import), or: pip install 'swapcast[mesh-import]' and npm, then "
+        f"swapcast models import {name}"
+    )
     if mode == "off":
         return Check(label, "ok", "occlusion is off (SWAPCAST_OCCLUSION=off)")
     if store.status(name) == "verified":
@@ -93,7 +96,9 @@ def _hand_check(settings: ServerSettings, store: ModelStore) -> Check:
     if mode == "auto" and (other := hand_model_in_store(settings.pipeline, store)) is not None:
         return Check(label, "ok", f"{other} verified in {store.root} ({name} is not): hands are kept in front of faces")
     if mode == "auto":
-        return Check(label, "warn", f"{name} is not imported: hands in front of faces are painted over", fix)
+        return Check(
+            label, "warn", f"{name} is not imported: hands in front of faces are painted over (the page says so)", fix
+        )
     return _model_check(store, label, name, "tflite2onnx", fix)
 
 

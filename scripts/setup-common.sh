@@ -17,6 +17,7 @@ SERVING_APT=(
     libjemalloc2  # the allocator `swapcast serve` re-executes itself with (SWAPCAST_ALLOCATOR)
     libgirepository1.0-dev libcairo2-dev pkg-config gcc python3-dev
     python3-venv  # the small environment uv itself is installed into
+    npm  # `npm pack` of MediaPipe's hand models (SWAPCAST_OCCLUSION=auto keeps hands in front where one is imported)
 )
 
 SUDO=""

@@ -23,6 +23,23 @@ def test_the_serving_set_up_is_lean() -> None:
         assert absent not in text
 
 
+def test_the_serving_set_up_imports_every_model_the_defaults_use() -> None:
+    """A new server keeps hands in front (SWAPCAST_OCCLUSION=auto needs the hand model imported) and needs no
+    import on its first session: npm comes from Debian, and the set-up imports the defaults' models."""
+    from app.settings import PipelineSettings
+
+    common = (ROOT / "scripts" / "setup-common.sh").read_text()
+    apt = common.split("SERVING_APT=(", 1)[1].split("\n)", 1)[0]
+    assert re.search(r"^\s*npm\b", apt, re.MULTILINE)
+    text = (ROOT / "scripts" / "setup.sh").read_text()
+    loop = re.search(r"for model in (.+); do\n\s+\.venv/bin/swapcast models fetch", text)
+    assert loop is not None
+    defaults = PipelineSettings()
+    assert defaults.occlusion == "auto"
+    wanted = {defaults.detector_model, defaults.landmark_model, f'"${{SWAPCAST_HAND_MODEL:-{defaults.hand_model}}}"'}
+    assert wanted <= set(loop.group(1).split())
+
+
 def test_the_dev_set_up_is_a_superset_and_every_name_exists() -> None:
     extras, groups = sync_options("setup-dev.sh", "extra"), sync_options("setup-dev.sh", "group")
     assert sync_options("setup.sh", "extra") <= extras

@@ -22,6 +22,7 @@ from app.names import FaceLostPolicy
 from app.observability import Metrics
 from app.pipeline.identity_map import FaceSources, describe_sources
 from app.pipeline.mouth import UNAVAILABLE as UNAVAILABLE_MOUTH
+from app.pipeline.occlusion import UNAVAILABLE as UNAVAILABLE_OCCLUSION
 from app.pipeline.pipeline import FramePipeline
 from app.pipeline.timing import StageTimer
 from app.pipeline.types import Image
@@ -69,10 +70,7 @@ class LiveCore:
         """Change this stream's options given (None: as it is), from the next frame on, all or nothing: a
         UserError, and nothing changed, where one asked for is not available on this server."""
         if occlusion and self._pipeline.hands is None:
-            raise UserError(
-                "occlusion is not available on this server: SWAPCAST_OCCLUSION is off, or the hand model is not "
-                "imported (swapcast models import hand_landmark_lite)"
-            )
+            raise UserError(UNAVAILABLE_OCCLUSION)
         if mouth_mask and self._pipeline.mouth_default is None:
             raise UserError(UNAVAILABLE_MOUTH)
         if on_face_lost is not None:

@@ -10,8 +10,11 @@ through (app.pipeline.paste).
 
 Cheap for live streams: a face's region is looked at again only when its state is stale: a hand was seen there
 last time (hands move), `interval` frames went by, or the region's grey thumbnail changed by more than `change`
-levels (something entered it); a look due only to `interval` searches one of the face's squares, each in turn.
-In between, the last hand found is carried with the stream's tracker state.
+levels since the frame before (something came in); a look due only to `interval` searches one of the face's
+squares, each in turn. The thumbnail is taken in the face's own frame (look_region), and compared with the frame
+before rather than with the last look, so a moving camera or a moving head does not call for looks: on a moving
+clip they called for a search of every square on most frames, four times the cost of a still face's. In
+between, the last hand found is carried with the stream's tracker state.
 """
 
 from dataclasses import dataclass, field
@@ -26,6 +29,12 @@ from app.runtime.model import Model
 
 INPUT_SIZE = 224
 THUMB = 16
+THUMB_SAMPLES = 4  # samples per thumbnail pixel, each way
+# Why a server has no occlusion stage: said to a session that asks for it and on the page before one starts.
+UNAVAILABLE = (
+    "occlusion is not available on this server: SWAPCAST_OCCLUSION is off, or the hand model is not imported "
+    "(swapcast models import hand_landmark_lite; scripts/setup.sh does it)"
+)
 # Landmark chains of the hand model: the wrist (0), then four points per finger, thumb first.
 FINGERS = tuple((0, *range(1 + 4 * f, 5 + 4 * f)) for f in range(5))
 
@@ -38,11 +47,11 @@ class OcclusionConfig:
     # side. One on the face, one lower: a hand over a face mostly comes up from below (chin, mouth, a cup), and
     # the model finds a hand best when it is near its square's centre (measured on app.bench.hand_scene).
     regions: tuple[tuple[float, float], ...] = ((0.0, 1.4), (0.5, 1.6))
-    look_side: float = 2.0  # side of the square whose change calls for a look, over the face box's larger side
+    look_side: float = 4.5  # side of the square whose change calls for a look, in eye distances (look_region)
     hand_scale: float = 2.0  # side of the square a found hand is looked at in, over its landmarks' extent
     min_score: float = 0.5  # hand-presence score from which a hand is taken as there
     interval: int = 3  # frames between looks at a face where no hand was seen (live streams)
-    change: float = 6.0  # mean grey-level change of the region's thumbnail that calls for a look at once
+    change: float = 6.0  # mean grey-level change of the thumbnail since the frame before that calls for a look
     alternate: bool = True  # a routine look (only `interval` went by) searches one of `regions` in turn, not all
     width: float = 0.12  # finger width, as a fraction of the hand's size (wrist to middle fingertip)
     grow: float = 0.02  # how far the mask reaches beyond the drawn hand, as a fraction of the hand's size
@@ -66,10 +75,29 @@ def hand_region(hand: Points, scale: float) -> Matrix:
     return square_region(np.concatenate([hand.min(axis=0), hand.max(axis=0)]), scale)
 
 
+def look_region(face: Face, side: float) -> Matrix:
+    """The 2x3 affine taking frame pixels to the THUMB square whose change calls for a look: centred on the face's
+    five points, turned with its eyes, its side `side` eye distances. It moves, turns and scales with the face, so
+    the camera moving does not read as something coming in; the face box would not do: live, it is the last
+    detection's (app.pipeline.live) and jumps when a new one lands."""
+    points = np.asarray(face.landmarks, np.float64)
+    eyes = points[1] - points[0]
+    distance = max(float(np.hypot(*eyes)), 1.0)
+    k = THUMB / (side * distance)
+    cos, sin = eyes / distance * k
+    matrix = np.array([[cos, sin, 0.0], [-sin, cos, 0.0]], np.float64)
+    matrix[:, 2] = THUMB / 2 - matrix[:, :2] @ points.mean(axis=0)
+    return matrix
+
+
 def _thumbnail(frame: Image, region: Matrix) -> npt.NDArray[np.float32]:
-    small = region * (THUMB / INPUT_SIZE)
-    grey = cv2.cvtColor(cv2.warpAffine(frame, small, (THUMB, THUMB), flags=cv2.INTER_AREA), cv2.COLOR_BGR2GRAY)
-    return grey.astype(np.float32)
+    """The region's grey thumbnail, each pixel the mean of 4x4 samples: warpAffine has no area filter (INTER_AREA
+    acts as bilinear there), and one sample per pixel read video compression noise and sub-pixel motion as
+    change (on a moving 480p stream, half the mean change from one frame to the next)."""
+    fine = THUMB * THUMB_SAMPLES
+    sampled = cv2.warpAffine(frame, region * THUMB_SAMPLES, (fine, fine), flags=cv2.INTER_LINEAR)
+    small = cv2.resize(sampled, (THUMB, THUMB), interpolation=cv2.INTER_AREA)
+    return cv2.cvtColor(small, cv2.COLOR_BGR2GRAY).astype(np.float32)
 
 
 class HandFinder(ModelStage):
@@ -178,8 +206,8 @@ def hand_mask(hands: list[Points], matrix: Matrix, size: int, config: OcclusionC
 
 @dataclass
 class _Seen:
-    frame: int
-    look: npt.NDArray[np.float32]
+    frame: int  # the last look's
+    thumb: npt.NDArray[np.float32]  # the region's thumbnail on the face's latest frame
     hand: Points | None
     turn: int = 0  # routine searches of this face so far (which square the next one looks in)
 
@@ -196,14 +224,14 @@ class HandTracking:
     def hands(self, finder: HandFinder, frame: Image, faces: list[Face]) -> list[Points | None]:
         """Each face's hand in `frame` (None: none), looked for again where the carried state is stale."""
         self.frame += 1
-        thumbs = [_thumbnail(frame, square_region(face.box, self.config.look_side)) for face in faces]
+        thumbs = [_thumbnail(frame, look_region(face, self.config.look_side)) for face in faces]
         stale: list[int] = []
         squares: list[tuple[int, ...] | None] = []
         turns: list[int] = []
         regions = len(self.config.regions)
         for i, (face, thumb) in enumerate(zip(faces, thumbs, strict=True)):
             seen = self.seen.get(face.track_id) if face.track_id >= 0 else None
-            if seen is None or seen.hand is not None or float(np.abs(thumb - seen.look).mean()) > self.config.change:
+            if seen is None or seen.hand is not None or float(np.abs(thumb - seen.thumb).mean()) > self.config.change:
                 stale.append(i)  # new, a hand to follow, or something came in: every square
                 squares.append(None)
                 turns.append(0 if seen is None else seen.turn)
@@ -215,6 +243,9 @@ class HandTracking:
         found = finder.hands(frame, [faces[i] for i in stale], known, squares) if stale else []
         self.looks += len(stale)
         fresh = dict(zip(stale, found, strict=True))
+        for i, face in enumerate(faces):
+            if i not in fresh and face.track_id in self.seen:
+                self.seen[face.track_id].thumb = thumbs[i]
         for (i, hand), turn in zip(fresh.items(), turns, strict=True):
             if faces[i].track_id >= 0:
                 self.seen[faces[i].track_id] = _Seen(self.frame, thumbs[i], hand, turn)

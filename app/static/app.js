@@ -117,6 +117,8 @@ async function loadServer() {
   setStatus(status, `ready · engine ${page.server.engine} · ${rtsp}`);
   const mouth = page.server.mouth_mask;
   showMouth(mouth.default, mouth.available, mouth.reason);
+  const hands = page.server.occlusion;
+  showOcclusion(hands.default, hands.available, hands.reason);
   updateButtons();
 }
 
@@ -301,6 +303,17 @@ function chosenOptions() {
   return options;
 }
 
+// The hands box as the server has it, before a session starts too: where the server has no occlusion stage (the
+// hand model is not imported, or SWAPCAST_OCCLUSION is off), unticked and disabled with the reason beside it.
+function showOcclusion(kept, available, reason) {
+  const box = $("occlusion-toggle");
+  box.checked = kept;
+  box.disabled = !available;
+  const note = $("occlusion-note");
+  note.textContent = available ? "" : (reason || "the server cannot keep hands in front");
+  note.hidden = available;
+}
+
 // The mouth box as the server has it; where it cannot keep the mouth, disabled with the reason beside it.
 function showMouth(kept, available, reason) {
   const box = $("mouth-toggle");
@@ -326,9 +339,7 @@ async function applyOptions(sessionUrl, options = chosenOptions(), announce = fa
     return;
   }
   const applied = (await response.json()).options;
-  const box = $("occlusion-toggle");
-  box.checked = applied.occlusion;
-  box.disabled = !applied.occlusion_available;
+  showOcclusion(applied.occlusion, applied.occlusion_available, page.server && page.server.occlusion.reason);
   showMouth(applied.mouth_mask, applied.mouth_mask_available, page.server && page.server.mouth_mask.reason);
   if (announce && "occlusion" in options) {
     setStatus($("session-status"), applied.occlusion ? "hands kept in front" : "faces pasted whole");

@@ -10,6 +10,7 @@ import pytest
 
 from app.bench.hand_scene import HandScene, hand_over_face
 from app.bench.occlusion_bench import crossing, score
+from app.media.clips import make_motion_clip
 from app.model_store import hand_model_in_store
 from app.pipeline.detect import DetectorConfig, RetinaFaceDetector
 from app.pipeline.factory import build_hand_finder
@@ -148,8 +149,11 @@ class _Recorder:
         return [None] * len(faces)
 
 
-def test_routine_looks_search_one_square_in_turn_and_a_change_all_of_them(scene: HandScene) -> None:
-    face = Face(np.array([180.0, 90.0, 290.0, 230.0]), 0.9, np.zeros((5, 2)), track_id=3)
+def test_routine_looks_search_one_square_in_turn_and_a_change_all_of_them(
+    detector: RetinaFaceDetector, scene: HandScene
+) -> None:
+    (face,) = detector.process([scene.face])[0]
+    face = Face(face.box, face.score, face.landmarks, track_id=3)
     tracking = HandTracking(OcclusionConfig(interval=3))
     recorder = _Recorder()
     for _ in range(10):
@@ -163,6 +167,22 @@ def test_routine_looks_search_one_square_in_turn_and_a_change_all_of_them(scene:
     for _ in range(4):
         everything.hands(recorder, scene.face, [face])  # type: ignore[arg-type]
     assert recorder.squares == [None, None]
+
+
+def test_a_moving_camera_calls_for_no_more_than_routine_looks(detector: RetinaFaceDetector, scene: HandScene) -> None:
+    """The camera pans, zooms and rolls over a face with no hand near it, fast (one loop in 24 frames). Live, the
+    face's box is the last detection's while its five points follow it (app.pipeline.live): the face is looked at
+    on the routine schedule only, one square at a time, as if it stood still."""
+    (still_face,) = detector.process([scene.face])[0]
+    x0, y0, x1, y1 = (float(v) for v in still_face.box)
+    clip = make_motion_clip(scene.face, size=(640, 480), frames=24, focus=((x0 + x1) / 2, (y0 + y1) / 2), seed=3)
+    (detected,) = detector.process([clip.frames[0]])[0]  # the one detection: its box stays
+    tracking = HandTracking(OcclusionConfig(interval=3))
+    recorder = _Recorder()
+    for frame, matrix in zip(clip.frames, clip.matrices, strict=True):
+        points = still_face.landmarks @ matrix[:, :2].T + matrix[:, 2]  # where the face's five points are now
+        tracking.hands(recorder, frame, [Face(detected.box, 0.9, points, track_id=1)])  # type: ignore[arg-type]
+    assert recorder.squares == [None] + [(k % 2,) for k in range(7)], recorder.squares
 
 
 def _upright_hand() -> Points:

@@ -1,6 +1,6 @@
 """A session's occlusion is one of its live options (`PATCH /v1/sessions/{id}/options {"occlusion": ...}`): on
 and off where the server runs the stage, a clear 409 (nothing changed) where it does not, 422 for anything but
-a JSON boolean."""
+a JSON boolean; `GET /v1/server` says which before a session starts."""
 
 from collections.abc import Callable
 from pathlib import Path
@@ -67,30 +67,38 @@ def test_occlusion_is_switched_per_session(
         store.ensure("hand_landmark")
     except ModelError as exc:
         pytest.skip(f"the hand model cannot be imported here: {exc}")
+    info: list[httpx.Response] = []
     first, off, bad, on = options_answers(
         tmp_path,
         pipeline_factory,
         tom_png,
         "hands",
         [({"occlusion": False}, 200), ({"occlusion": 1}, 422), ({"occlusion": True}, 200)],
+        info,
     )
+    assert info[0].json()["occlusion"] == {"available": True, "default": True, "reason": None}
     assert occlusion_of(first) == (True, True)
     assert occlusion_of(off) == (False, True)
     assert occlusion_of(on) == (True, True)
     assert bad.status_code == 422
 
 
-def test_a_server_without_the_stage_says_so(
+def test_a_server_without_the_stage_says_so_before_and_during_a_session(
     tmp_path: Path, pipeline_factory: Callable[[PipelineSettings], FramePipeline], tom_png: bytes
 ) -> None:
+    info: list[httpx.Response] = []
     first, refused, off = options_answers(
         tmp_path,
         pipeline_factory,
         tom_png,
         "off",
         [({"occlusion": True, "on_face_lost": "cover"}, 409), ({"occlusion": False}, 200)],
+        info,
     )
     assert occlusion_of(first) == (False, False)
-    assert "occlusion is not available on this server" in refused.json()["detail"]
+    detail = refused.json()["detail"]
+    assert "occlusion is not available on this server" in detail and "swapcast models import" in detail
+    # GET /v1/server says so before any session (the page shows it with the "Keep hands in front" box).
+    assert info[0].json()["occlusion"] == {"available": False, "default": False, "reason": detail}
     assert occlusion_of(off) == (False, False)
     assert off.json()["options"]["on_face_lost"] == "hold"  # the refused change changed nothing

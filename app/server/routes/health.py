@@ -7,6 +7,7 @@ from fastapi.responses import JSONResponse
 
 from app.auth.guard import PUBLIC, AccessDep, Authenticated, MetricsReader
 from app.pipeline.mouth import UNAVAILABLE as MOUTH_UNAVAILABLE
+from app.pipeline.occlusion import UNAVAILABLE as OCCLUSION_UNAVAILABLE
 from app.pipeline.pipeline import FramePipeline
 from app.server.deps import StateDep
 from app.server.errors import retry_after
@@ -60,6 +61,13 @@ def mouth_mask(pipeline: FramePipeline) -> dict[str, Any]:
     }
 
 
+def occlusion(pipeline: FramePipeline) -> dict[str, Any]:
+    """Whether sessions keep hands in front of faces (their live option `occlusion`): on by default wherever the
+    server runs the stage, so the page shows it before a session starts."""
+    available = pipeline.hands is not None
+    return {"available": available, "default": available, "reason": None if available else OCCLUSION_UNAVAILABLE}
+
+
 @router.get("/v1/server")
 async def server_info(state: StateDep, principal: Authenticated) -> dict[str, Any]:
     s = state.settings
@@ -71,6 +79,7 @@ async def server_info(state: StateDep, principal: Authenticated) -> dict[str, An
         "model_key": pipeline.engine.model_key if pipeline else None,
         "models_changed_on_disk": state.models_changed_on_disk(),
         "mouth_mask": mouth_mask(pipeline) if pipeline else None,
+        "occlusion": occlusion(pipeline) if pipeline else None,
         "rtsp": {
             "available": state.rtsp.available,
             "reason": state.rtsp.reason,

@@ -181,7 +181,9 @@ def run_batch_bench(config: BatchBenchConfig, store: ModelStore) -> dict[str, An
                 pipeline = FramePipeline(
                     detector, engine, config=PipelineConfig(paste=PasteConfig(mask="box")), stages=stages
                 )
-                pipeline.process([frames[0]], source)  # warm-up
+                # Warm-up as the first session: under another name it would count as a second active
+                # session for the batcher's active window (a second), which no lone live stream has.
+                pipeline.process([frames[0]], source, session="s0")
                 try:
                     cell[mode] = run_cell(pipeline, source, frames, sessions, seconds, config.fps)
                     cell[mode]["mean_batch_swap"] = _mean_batch(pipeline.stages.swap)

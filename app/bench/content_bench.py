@@ -4,7 +4,8 @@ Scores every sample face photo on this machine (`app.media.clips.sample_faces`),
 them (as the tests cut them), and motion clips made from each photo (the sample videos the tests and benchmarks
 use; no video of a real person ships anywhere) at the live sizes; reports the score distribution against the
 threshold, then the cost of one check (one image, an input and output pair, a batch of eight) and what the live
-schedule costs per stream-second.
+schedule costs per stream-second: measured through the live gate itself on a still and a moving 720p clip, with
+every due check scored (`unchanged_s` 0) and with unchanged pictures skipped (the configured `unchanged_s`).
 """
 
 import time
@@ -15,10 +16,16 @@ from typing import Any
 import numpy as np
 
 from app.content.check import ContentCheck, prepare
+from app.content.live import ContentService
 from app.media.clips import load_sample, make_motion_clip, sample_faces
+from app.observability import Metrics
 from app.pipeline.types import Image
 
 CLIP_SIZES = ((640, 480), (1280, 720))
+# The live schedule's clips, one frame per due check, with a camera's noise (2 grey levels): (pan px, zoom, roll
+# degrees) of a camera on a stand filming someone sitting still (a pixel of drift) and of the sample clips' slow
+# pan, zoom and roll (make_motion_clip's defaults), one loop over the stream.
+SCHEDULE_CLIPS: dict[str, tuple[float, float, float]] = {"still": (1.0, 0.0, 0.0), "moving": (24.0, 0.15, 6.0)}
 
 
 @dataclass(frozen=True)
@@ -27,6 +34,8 @@ class ContentBenchConfig:
     interval_s: float
     clip_frames: int = 30
     repeats: int = 20
+    unchanged_s: float = 5.0
+    stream_s: int = 20  # stream time of each live-schedule run
 
 
 def _crops(image: Image, boxes: Sequence[Any]) -> list[Image]:
@@ -64,6 +73,57 @@ def _timed(run: Any, repeats: int) -> dict[str, float]:
         samples.append(time.perf_counter() - started)
     ms = np.asarray(samples) * 1000.0
     return {"p50_ms": round(float(np.percentile(ms, 50)), 2), "p99_ms": round(float(np.percentile(ms, 99)), 2)}
+
+
+def _schedule(check: ContentCheck, frames: Sequence[Image], interval_s: float, unchanged_s: float) -> dict[str, Any]:
+    """One stream's due checks through the live gate, one frame per interval (its output is its input: no swap
+    here); the process CPU it took (the scoring thread's included) per second of stream."""
+    service = ContentService(check, "blur", interval_s, Metrics(), unchanged_s=unchanged_s)
+    gate = service.gate("stream", "bench", "", lambda reason: None)
+    try:
+        started = time.process_time()
+        for n, frame in enumerate(frames):
+            sampled = gate.sample(frame, now=n * interval_s)
+            if sampled is None:
+                raise RuntimeError("a due check was not sampled")
+            gate.apply(frame, sampled)
+            give_up = time.monotonic() + 60.0
+            while gate.scored + gate.skipped <= n:  # the check (if any) is scored on the batcher's thread
+                if time.monotonic() > give_up:
+                    raise RuntimeError("a live check did not finish within 60 s (see the log)")
+                time.sleep(0.001)
+        cpu_s = time.process_time() - started
+    finally:
+        service.batcher.close(timeout=5.0)  # not service.close: the check serves the next run
+    seconds = len(frames) * interval_s
+    return {
+        "checks_scored": gate.scored,
+        "checks_skipped": gate.skipped,
+        "cpu_ms_per_stream_second": round(cpu_s * 1000.0 / seconds, 1),
+        "core_share_per_stream": round(cpu_s / seconds, 4),
+    }
+
+
+def live_schedule(check: ContentCheck, config: ContentBenchConfig, still: Image) -> dict[str, Any]:
+    """Before (every due check scored) and after (unchanged pictures skipped), on each schedule clip."""
+    rows: dict[str, Any] = {}
+    for name, (pan_px, zoom, rotate_deg) in SCHEDULE_CLIPS.items():
+        frames = make_motion_clip(
+            still,
+            size=(1280, 720),
+            frames=config.stream_s,
+            fps=1,
+            pan_px=pan_px,
+            zoom=zoom,
+            rotate_deg=rotate_deg,
+            noise_sigma=2.0,
+            seed=1,
+        ).frames
+        rows[name] = {
+            "every_check": _schedule(check, frames, config.interval_s, 0.0),
+            "skip_unchanged": _schedule(check, frames, config.interval_s, config.unchanged_s),
+        }
+    return {"stream_s": config.stream_s, "unchanged_s": config.unchanged_s, "size": "1280x720", "clips": rows}
 
 
 def run_content_bench(check: ContentCheck, config: ContentBenchConfig, boxes: Any) -> dict[str, Any]:
@@ -107,4 +167,5 @@ def run_content_bench(check: ContentCheck, config: ContentBenchConfig, boxes: An
         "all": _summary(everything, config.threshold),
         "photos": per_image,
         "cost": cost,
+        "live_schedule": live_schedule(check, config, load_sample(sorted(sample_faces())[0])),
     }

@@ -37,7 +37,9 @@ def run(args: argparse.Namespace) -> int:
         (faces,) = detector.process([image])
         return [face.box for face in faces]
 
-    config = ContentBenchConfig(settings.threshold, settings.interval_s, args.frames, args.repeats)
+    config = ContentBenchConfig(
+        settings.threshold, settings.interval_s, args.frames, args.repeats, unchanged_s=settings.unchanged_s
+    )
     try:
         result = run_content_bench(check, config, boxes)
     except ValueError as exc:

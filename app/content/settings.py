@@ -39,6 +39,15 @@ class ContentSettings(BaseSettings):
         le=60.0,
         description="Seconds between checks of one live session's or stream's input and output (and a file's).",
     )
+    unchanged_s: float = Field(
+        5.0,
+        ge=0.0,
+        le=600.0,
+        description=(
+            "Longest time a live picture that has not changed since its last check, which scored below half the "
+            "threshold, goes without a new check (its score could only repeat); 0 checks every interval."
+        ),
+    )
     model_file: Path | None = Field(
         None,
         description=(

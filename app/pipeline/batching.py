@@ -6,7 +6,6 @@ the calling session's worker."""
 from __future__ import annotations
 
 import time
-from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Generic
 
@@ -66,8 +65,7 @@ class BatchedStage(Generic[In, Out]):
             return []
         deadline_ms = self.settings.deadline_ms
         deadline = time.monotonic() + deadline_ms / 1000.0 if deadline_ms else None
-        futures: list[Future[Out]] = self.batcher.submit_many(batch, session=session, deadline=deadline)
-        return [future.result() for future in futures]
+        return self.batcher.run(batch, session=session, deadline=deadline)
 
     def close(self) -> None:
         self.batcher.close(timeout=5.0)

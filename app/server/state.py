@@ -330,7 +330,9 @@ class ServerState:
             raise ModelError(
                 f"the content check (SWAPCAST_CONTENT_POLICY={self.content_policy}) could not load: {exc}"
             ) from exc
-        return ContentService(check, self.content_policy, settings.interval_s, self.metrics, self.audit)
+        return ContentService(
+            check, self.content_policy, settings.interval_s, self.metrics, self.audit, unchanged_s=settings.unchanged_s
+        )
 
     def _load_eyes(self) -> EyeOpenness | None:
         """The closed-eye check is advice, not a duty: without its model, uploads go on without it."""

@@ -106,7 +106,9 @@ def test_blur_covers_the_whole_output_until_a_check_finds_it_clear(
         uncovered = gated.frame(astronaut)
         assert not gated.core.stats()["content"]["covered"]
         assert detail(uncovered) > 0.8 * detail(clear)
-        assert counted(gated.metrics, "content_checks", "output") == gated.checks() == 5
+        assert gated.checks() == 5
+        # The outputs of the two flagged inputs were not scored: the input alone decided.
+        assert counted(gated.metrics, "content_checks", "output") == 3
         # One audit event per flagged spell, with the score for the operator; never a stop under blur.
         assert [(e["event"], e["action"], e["ref"], e["owner"]) for e in gated.events] == [
             ("content_flagged", "blur", "a", "alice")
@@ -160,3 +162,61 @@ def test_checks_run_at_a_lower_priority_than_frames(pipeline: FramePipeline, che
         assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == mine  # the frame's thread keeps its own
     finally:
         gated.close()
+
+
+def test_the_output_is_scored_only_when_the_input_is_clear(check: ContentCheck, t1: Image) -> None:
+    metrics = Metrics()
+    service = ContentService(check, "blur", 1.0, metrics)
+    try:
+        assert len(service.batcher.submit((t1, marked(t1)), session="a").result(10)) == 2
+        assert len(service.batcher.submit((marked(t1), t1), session="a").result(10)) == 1
+        both = service.batcher.run([(marked(t1), t1), (t1, t1)], session="a")
+        assert [len(scores) for scores in both] == [1, 2]
+    finally:
+        service.close()
+
+
+def test_an_unchanged_clear_picture_is_scored_again_only_after_unchanged_s_and_a_change_at_once(
+    check: ContentCheck, t1: Image
+) -> None:
+    metrics = Metrics()
+    stops: list[str] = []
+    service = ContentService(check, "stop", 1.0, metrics, unchanged_s=3.0)
+    gate = service.gate("stream", "a", "alice", stops.append)
+    noisy = np.random.default_rng(0)
+
+    def check_at(now: float, image: Image) -> None:
+        before = gate.scored + gate.skipped
+        grain = noisy.normal(0.0, 2.0, image.shape)  # a camera's noise is no change
+        frame = np.clip(image + grain, 0, 255).astype(np.uint8)
+        sampled = gate.sample(frame, now=now)
+        assert sampled is not None
+        gate.apply(frame, sampled)
+        assert wait_for(lambda: gate.scored + gate.skipped > before, 10)
+
+    try:
+        for now in (0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0):
+            check_at(now, t1)
+        # Scored at 0 and 3 s (3 s without a check), 6 s; the same picture in between only repeats its score.
+        assert (gate.scored, gate.skipped) == (3, 4)
+        assert counted(metrics, "content_checks", "input") == 3
+        check_at(7.0, t1[:, ::-1].copy())  # a changed picture is scored at its first due check
+        check_at(8.0, marked(t1))
+        assert (gate.scored, gate.skipped) == (5, 4)
+        assert stops == [STOP_REASON]
+    finally:
+        service.close()
+
+
+def test_every_due_check_is_scored_where_unchanged_s_is_zero(check: ContentCheck, t1: Image) -> None:
+    service = ContentService(check, "blur", 1.0, Metrics(), unchanged_s=0.0)
+    gate = service.gate("stream", "a", "alice", lambda reason: None)
+    try:
+        for n in range(3):
+            sampled = gate.sample(t1, now=float(n))
+            assert sampled is not None
+            gate.apply(t1, sampled)
+            assert wait_for(lambda n=n: gate.scored == n + 1, 10)
+        assert gate.skipped == 0
+    finally:
+        service.close()

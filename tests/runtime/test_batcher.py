@@ -472,3 +472,64 @@ def test_default_registry_holds_several_batchers() -> None:
             assert REGISTRY.get_sample_value("swapcast_batcher_completed_total", {"batcher": name}) == 1
     finally:
         assert first.close(WAIT) and second.close(WAIT)
+
+
+def test_a_lone_blocking_caller_runs_its_batch_on_its_own_thread_with_no_hand_off(
+    make: Callable[..., DynamicBatcher[Any, Any]],
+) -> None:
+    rec = Recorder()
+    b = make(rec, max_batch=8, max_delay_ms=60_000)
+    assert b.run(["f0", "f1"], session="only") == [("out", "f0"), ("out", "f1")]
+    assert b.run(["f2"], session="only") == [("out", "f2")]
+    # Neither batch was handed to the worker: the caller would only have waited for it.
+    assert rec.threads == {threading.current_thread()}
+    assert rec.batches == [["f0", "f1"], ["f2"]]
+    stats = b.stats()
+    assert (stats.submitted, stats.completed, stats.batches) == (3, 3, 2)
+
+
+def test_a_blocking_caller_goes_through_the_worker_while_another_session_is_active(
+    make: Callable[..., DynamicBatcher[Any, Any]],
+) -> None:
+    rec = Recorder()
+    b = make(rec, max_batch=8, max_delay_ms=60_000)
+    blocker = block_worker(b, rec)  # session "blocker" is active and its batch is running
+    got: list[list[Any]] = []
+    caller = threading.Thread(target=lambda: got.append(b.run(["x"], session="s")))
+    caller.start()
+    deadline = time.monotonic() + WAIT
+    while b.queue_depth == 0:  # queued behind the running batch, not run beside it
+        assert time.monotonic() < deadline, "the item was never queued"
+        time.sleep(0.001)
+    submit_during = b.submit("y", session="blocker")
+    rec.release.set()
+    caller.join(WAIT)
+    assert got == [[("out", "x")]]
+    assert blocker.result(WAIT) == ("out", BLOCK) and submit_during.result(WAIT) == ("out", "y")
+    assert rec.threads == {b.worker}
+    assert rec.batches == [[BLOCK], ["x", "y"]]  # batched together, round-robin across the two sessions
+
+
+def test_items_submitted_during_a_lone_callers_batch_wait_for_it_and_close_waits_for_it_too(
+    make: Callable[..., DynamicBatcher[Any, Any]],
+) -> None:
+    rec = Recorder()
+    b = make(rec, max_batch=8, max_delay_ms=0)
+    got: list[list[Any]] = []
+    caller = threading.Thread(target=lambda: got.append(b.run([BLOCK], session="only")))
+    caller.start()
+    assert rec.blocked.wait(WAIT)
+    later = b.submit("later", session="other")
+    closed: list[bool] = []
+    closer = threading.Thread(target=lambda: closed.append(b.close(timeout=WAIT)))
+    closer.start()
+    with pytest.raises(BatcherClosedError):  # queued while the lone batch ran: never run beside it
+        later.result(WAIT)
+    assert closed == []  # close is still waiting for the lone caller's batch
+    rec.release.set()
+    caller.join(WAIT)
+    closer.join(WAIT)
+    assert got == [[("out", BLOCK)]] and closed == [True]
+    assert rec.batches == [[BLOCK]]
+    stats = b.stats()
+    assert stats.submitted == stats.completed + stats.failed == 2

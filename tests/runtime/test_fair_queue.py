@@ -144,3 +144,15 @@ def test_drain_empties_the_queue() -> None:
 def test_an_unknown_policy_is_refused() -> None:
     with pytest.raises(ValueError, match="policy must be one of"):
         queue(policy="lifo")  # type: ignore[arg-type]
+
+
+def test_a_session_is_alone_only_with_nothing_queued_and_no_other_session_active_within_the_window() -> None:
+    q = queue()
+    assert q.alone("a", 0.0)  # nobody seen yet
+    q.seen("a", 0.0)
+    assert q.alone("a", 0.5)
+    q.seen("b", 0.4)
+    assert not q.alone("a", 0.5) and not q.alone("b", 0.5)  # each may join the other's batch
+    assert q.alone("a", 1.5)  # b was last seen more than the active window (1 s) ago
+    q.push(Job("a", 0), 1.5)
+    assert not q.alone("a", 1.5)  # something is queued: the worker serves it first

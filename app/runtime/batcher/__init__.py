@@ -5,10 +5,12 @@ single items; a single worker thread owned by the batcher collects them into bat
 `run_batch` once per batch (`worker`). Items wait in a `FairQueue` (`fair_queue`): round-robin across
 sessions, bounded, with deadlines. A batch is formed as soon as `max_batch` items wait, or when the
 oldest waiting item has waited `max_delay_ms`, or when every session active in the last second already
-has an item waiting (nobody else is coming, so waiting would only add latency).
+has an item waiting (nobody else is coming, so waiting would only add latency). A caller that blocks for
+its results (`DynamicBatcher.run`) while it is alone (nothing queued or running, no other session active)
+runs its batch on its own thread: a lone stream pays no hand-off to the worker and back.
 
-Every outcome is delivered through the returned future: a result, or one of the `BatcherError`
-subclasses (`errors`), or whatever `run_batch` raised.
+Every outcome is delivered through the returned future (`run` returns or raises it): a result, or one
+of the `BatcherError` subclasses (`errors`), or whatever `run_batch` raised.
 
 Counters kept (Prometheus, labelled ``batcher=<name>``, and read back by `stats()`; see `metrics`):
 

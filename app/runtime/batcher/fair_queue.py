@@ -184,11 +184,20 @@ class FairQueue(Generic[E]):
         self._depth -= 1
         return item
 
+    def alone(self, session: str, now: float) -> bool:
+        """Whether nothing is queued and no session but `session` was seen within `active_window_s`: nobody
+        else can add to a batch of its items, so they are due the moment they arrive."""
+        self._forget_idle(now)
+        return self._depth == 0 and all(seen == session for seen in self._last_seen)
+
     def _everyone_waiting(self, now: float) -> bool:
+        self._forget_idle(now)
+        return all(session in self._queues for session in self._last_seen)
+
+    def _forget_idle(self, now: float) -> None:
         cutoff = now - self.active_window_s
         for session in [s for s, seen in self._last_seen.items() if seen < cutoff]:
             del self._last_seen[session]
-        return all(session in self._queues for session in self._last_seen)
 
     def _purge(self, now: float, admission: Admission[E]) -> None:
         """Remove expired and cancelled items (only when the queue is full: it costs a full scan)."""

@@ -1,6 +1,7 @@
 """`DynamicBatcher`: callers on any thread hand it items; one worker thread forms batches from its
 `FairQueue` and calls `run_batch` once per batch, so calls for one model are serialised and never run
-on an event loop."""
+on an event loop. A caller that blocks for its results anyway (`run`) and is alone runs its batch on its
+own thread: handing it to the worker and back would only add two thread wake-ups."""
 
 from __future__ import annotations
 
@@ -54,7 +55,8 @@ class DynamicBatcher(Generic[T, R]):
     """Collects single items from many sessions into batches for one model.
 
     `run_batch` receives a list of items and must return a list of results of the same length and
-    order. It is only ever called on this batcher's worker thread, one call at a time.
+    order. It is called one call at a time: on this batcher's worker thread, or on the thread of a lone
+    caller of the blocking `run` (never from `submit`, `submit_many` or `submit_async`).
 
     `default_deadline_s`, when given, is the time budget (seconds from submit) of items submitted
     without an explicit deadline. Explicit deadlines are absolute `time.monotonic()` values.
@@ -96,6 +98,8 @@ class DynamicBatcher(Generic[T, R]):
         )
         self._cond = threading.Condition(threading.Lock())
         self._closed = False
+        # The thread inside run_batch (the worker, or a lone caller of `run`), None between batches.
+        self._running_on: threading.Thread | None = None
         self._metrics = BatcherMetrics(registry, name, lambda: self._queue.depth)
         self._worker = threading.Thread(target=self._work, name=f"batcher-{name}", daemon=True)
         self._worker.start()
@@ -118,7 +122,7 @@ class DynamicBatcher(Generic[T, R]):
 
     @property
     def worker(self) -> threading.Thread:
-        """The inference thread that calls `run_batch`."""
+        """The inference thread that calls `run_batch` for every item but a lone `run` caller's."""
         return self._worker
 
     def submit(self, item: T, *, session: str, deadline: float | None = None) -> Future[R]:
@@ -148,6 +152,36 @@ class DynamicBatcher(Generic[T, R]):
             _fail(fut, exc)
         return futures
 
+    def run(self, items: Sequence[T], *, session: str, deadline: float | None = None) -> list[R]:
+        """Blocking: the results of `items`, as `submit_many` and waiting on every future would give them
+        (raising the first failure). When nothing is queued or running and no other session was active
+        within the queue's active window, nobody could join the batch: it runs at once on this thread.
+        """
+        now = time.monotonic()
+        if deadline is None and self._default_deadline_s is not None:
+            deadline = now + self._default_deadline_s
+        with self._cond:
+            inline = (
+                not self._closed
+                and self._running_on is None
+                and 0 < len(items) <= self._queue.max_batch
+                and (deadline is None or deadline > now)
+                and self._queue.alone(session, now)
+            )
+            if inline:
+                self._queue.seen(session, now)
+                self._metrics.submitted.inc(len(items))
+                self._running_on = threading.current_thread()
+        if not inline:
+            return [future.result() for future in self.submit_many(items, session=session, deadline=deadline)]
+        values = list(items)
+        for _ in values:
+            self._metrics.queue_wait.observe(0.0)
+        results, error = self._compute(values)
+        if error is not None:
+            raise error
+        return results
+
     async def submit_async(self, item: T, *, session: str, deadline: float | None = None) -> R:
         """Like `submit`, awaited on the running event loop; the loop never blocks on the model.
 
@@ -174,10 +208,17 @@ class DynamicBatcher(Generic[T, R]):
             self._cond.notify_all()
         for it in pending:
             _fail(it.future, self._closed_error())
-        if threading.current_thread() is self._worker:
+        me = threading.current_thread()
+        if me is self._worker:
             return False
+        until = None if timeout is None else time.monotonic() + timeout
         self._worker.join(timeout)
-        return not self._worker.is_alive()
+        with self._cond:  # a lone caller's batch, running on its own thread, finishes too
+            if self._running_on is me:
+                return False
+            left = None if until is None else max(0.0, until - time.monotonic())
+            idle = self._cond.wait_for(lambda: self._running_on is None, left)
+        return idle and not self._worker.is_alive()
 
     def __enter__(self) -> DynamicBatcher[T, R]:
         return self
@@ -248,12 +289,17 @@ class DynamicBatcher(Generic[T, R]):
             while True:
                 if self._closed:
                     return None
+                if self._running_on is not None:  # a lone caller's batch: one run_batch at a time
+                    self._cond.wait()
+                    continue
                 now = time.monotonic()
                 wait = self._queue.wait_s(now)
                 if wait is None or wait > 0:
                     self._cond.wait(wait)
                     continue
                 taken = self._queue.take(now)
+                if taken.batch:
+                    self._running_on = self._worker
                 m = self._metrics
                 if taken.cancelled:
                     m.cancelled.inc(taken.cancelled)
@@ -281,35 +327,42 @@ class DynamicBatcher(Generic[T, R]):
             self.close(timeout=0)
 
     def _execute(self, batch: list[_Item[T, R]]) -> None:
-        m = self._metrics
         formed = time.monotonic()
         for it in batch:
-            m.queue_wait.observe(formed - it.enqueued)
+            self._metrics.queue_wait.observe(formed - it.enqueued)
+        results, error = self._compute([it.value for it in batch])
+        if error is None:
+            for it, result in zip(batch, results, strict=True):
+                it.future.set_result(result)
+        else:
+            for it in batch:
+                it.future.set_exception(error)
+            if not isinstance(error, Exception):
+                raise error
 
+    def _compute(self, values: list[T]) -> tuple[list[R], BaseException | None]:
+        """`run_batch` on `values` by the thread that claimed `_running_on`, timed and counted; it releases
+        the claim. The results, or the error that stands for all of them."""
+        m = self._metrics
         error: BaseException | None = None
         results: list[R] = []
         start = time.monotonic()
         try:
-            results = list(self._run_batch([it.value for it in batch]))
-            if len(results) != len(batch):
+            results = list(self._run_batch(values))
+            if len(results) != len(values):
                 error = errors.BatchResultError(
                     f"run_batch of batcher {self._name} returned {len(results)} results "
-                    f"for a batch of {len(batch)} items"
+                    f"for a batch of {len(values)} items"
                 )
         except BaseException as exc:
             error = exc
         m.compute.observe(time.monotonic() - start)
 
         with self._cond:
-            m.batch_size.observe(len(batch))
-            (m.completed if error is None else m.failed).inc(len(batch))
-        if error is None:
-            for it, result in zip(batch, results, strict=True):
-                it.future.set_result(result)
-        else:
-            if not isinstance(error, errors.BatcherError):
-                log.warning("batcher %s: run_batch failed on %d items: %r", self._name, len(batch), error)
-            for it in batch:
-                it.future.set_exception(error)
-            if not isinstance(error, Exception):
-                raise error
+            m.batch_size.observe(len(values))
+            (m.completed if error is None else m.failed).inc(len(values))
+            self._running_on = None
+            self._cond.notify_all()  # the worker (items queued meanwhile) and a closer waiting for the batch
+        if error is not None and not isinstance(error, errors.BatcherError):
+            log.warning("batcher %s: run_batch failed on %d items: %r", self._name, len(values), error)
+        return results, error

@@ -2,13 +2,18 @@
 senders' recovery (a session's return, tests/media/test_sender_recovery.py; a WHEP viewer's,
 tests/media/test_whep_recovery.py)."""
 
+import asyncio
 import struct
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
+from aiortc import RTCPeerConnection
 from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
 from aiortc.rtp import RTCP_RTPFB_NACK, RtcpPacket, RtcpRtpfbPacket, RtpPacket, is_rtcp
+
+from app.media.encoder import configure_encoders
+from app.settings import EncoderSettings
 
 WATCH_S = 3.0  # watched after the first drop: aiortc's buffer alone would hold frames for 512 packets
 
@@ -79,3 +84,12 @@ def longest_gap(arrivals: list[float], start: float, end: float) -> float:
     """The longest time without a frame in [start, end], its edges counting as frames."""
     times = [start, *(t for t in arrivals if start <= t <= end), end]
     return max(b - a for a, b in zip(times, times[1:], strict=False))
+
+
+async def close_pair(tasks: Iterable[asyncio.Task[Any]], *peers: RTCPeerConnection) -> None:
+    """A test's teardown: its watchers cancelled, both peers closed, the encoders' settings back to defaults."""
+    for task in tasks:
+        task.cancel()
+    for peer in peers:
+        await peer.close()
+    configure_encoders(EncoderSettings())

@@ -15,7 +15,7 @@ from app.media.sender_feedback import tap_sender
 from app.media.sender_recovery import PROBE_INTERVAL_S, PROBE_WHILE_S, SenderRecovery, recover_sender
 from app.settings import EncoderSettings
 from tests.helpers import wait_for_async
-from tests.media.return_drops import WATCH_S, Drops, filter_sent, longest_gap, watch_frames
+from tests.media.return_drops import WATCH_S, Drops, close_pair, filter_sent, longest_gap, watch_frames
 from tests.media.test_sender_feedback import NoiseTrack
 
 
@@ -48,11 +48,7 @@ async def _return_through_drops(enabled: bool) -> tuple[float, Drops, SenderReco
         await asyncio.sleep(WATCH_S)
         return longest_gap(arrivals, start, time.monotonic()), drops, recovery
     finally:
-        for task in tasks:
-            task.cancel()
-        await sender_pc.close()
-        await receiver_pc.close()
-        configure_encoders(EncoderSettings())
+        await close_pair(tasks, sender_pc, receiver_pc)
 
 
 def test_a_lost_retransmission_and_a_lost_nack_freeze_a_plain_aiortc_receiver_under_half_a_second() -> None:
@@ -166,11 +162,7 @@ async def _without_nack() -> None:
         assert await wait_for_async(lambda: encoder.keyframes_for_loss >= 3, 10.0), encoder.keyframes_for_loss
         assert encoder.keyframes_forced == 0, "not one asked for: the receiver cannot know what it lost"
     finally:
-        for task in tasks:
-            task.cancel()
-        await sender_pc.close()
-        await receiver_pc.close()
-        configure_encoders(EncoderSettings())
+        await close_pair(tasks, sender_pc, receiver_pc)
 
 
 def test_a_probes_own_gap_is_not_loss_but_an_older_probes_packet_asked_for_again_is() -> None:

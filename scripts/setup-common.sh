@@ -17,8 +17,11 @@ SERVING_APT=(
     libjemalloc2  # the allocator `swapcast serve` re-executes itself with (SWAPCAST_ALLOCATOR)
     libgirepository1.0-dev libcairo2-dev pkg-config gcc python3-dev
     python3-venv  # the small environment uv itself is installed into
-    npm  # `npm pack` of MediaPipe's hand models (SWAPCAST_OCCLUSION=auto keeps hands in front where one is imported)
 )
+# npm: `npm pack` of MediaPipe's hand models (SWAPCAST_OCCLUSION=auto keeps hands in front where one is imported).
+# Debian's npm only where no npm is on PATH: its package needs Debian's nodejs, which apt cannot put beside a
+# Node.js installed from another repository (apt stops with "held broken packages").
+if ! command -v npm >/dev/null 2>&1; then SERVING_APT+=(npm); fi
 
 SUDO=""
 if [ "$(id -u)" -ne 0 ] && command -v sudo >/dev/null 2>&1; then SUDO="sudo"; fi

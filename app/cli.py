@@ -10,6 +10,7 @@ from typing import NoReturn, cast
 from pydantic import ValidationError
 
 from app.commands import COMMANDS
+from app.commands.bench_group import legacy_argv
 from app.errors import ModelError, UserError, invalid_setting
 
 
@@ -39,12 +40,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     for register in COMMANDS:
         register(sub)
+    # Only commands registered with help are listed; the others are older spellings kept for scripts.
+    sub.metavar = "{" + ",".join(choice.dest for choice in sub._choices_actions) + "}"
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = parser.parse_args(legacy_argv(sys.argv[1:] if argv is None else argv))
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.WARNING,
         format="%(levelname)s %(name)s: %(message)s",

@@ -259,8 +259,8 @@ def check_access(settings: ServerSettings) -> Check:
 
 
 def run_checks(settings: ServerSettings, store: ModelStore) -> list[Check]:
-    from app.media.rtsp_out.bindings import rtsp_unavailable_reason
-    from app.media.srt_out import unavailable_reason as srt_unavailable_reason
+    from app.egress.rtsp.bindings import rtsp_unavailable_reason
+    from app.egress.srt import unavailable_reason as srt_unavailable_reason
 
     return [
         check_rtsp(settings, rtsp_unavailable_reason),

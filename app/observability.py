@@ -173,6 +173,20 @@ class Metrics:
             "swapcast_event_loop_tasks", "Tasks alive on the server's event loop (flat when nothing leaks).", registry=r
         )
         self.event_loop_tasks.set_function(lambda: 0.0)
+        self.egress_frames_encoded = Counter(
+            "swapcast_egress_frames_encoded",
+            "Frames encoded for outputs, by encoder: `return` (a session's own WebRTC return), `channel` and `path` "
+            "(a channel's or a session's or stream's own shared encode, one for all its readers).",
+            ["kind"],
+            registry=r,
+        )
+        self.egress_reader_errors = Counter(
+            "swapcast_egress_reader_errors",
+            "Outputs detached because they failed on a frame or a packet (a live output's listeners, a shared encode's "
+            "readers), by output kind.",
+            ["kind"],
+            registry=r,
+        )
         self.whep_viewers = Gauge("swapcast_whep_viewers", "WHEP viewers connected, all outputs together.", registry=r)
         self.whep_viewers.set_function(lambda: 0.0)
         self.store_full.labels("identities")

@@ -249,8 +249,9 @@ class EncoderSettings(BaseSettings):
         ge=0.0,
         le=10.0,
         description=(
-            "Keyframes asked for by the receiver (PLI/FIR) are sent at most once per this many seconds; a "
-            "request within it is answered when it ends."
+            "Keyframes asked of an encode (a receiver's PLI/FIR, a new RTSP client, a viewer or push joining) "
+            "leave it at most once per this many seconds, whoever asks; a request within it is answered when it "
+            "ends."
         ),
     )
     # app.media.sender_recovery: without it a plain aiortc client froze up to 5 s at 1% loss each way.

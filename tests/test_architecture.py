@@ -4,7 +4,9 @@
 * only the CLI (`app/cli.py` and `app/commands/`) imports `app.commands`: use-cases live below the edges;
 * `app.provenance` (the mark an output stage embeds) never imports `app.media`, which imports it: file tools
   built on media (C2PA manifests, scans) live above both, in `app.provenance_files`;
-* the live core (`app.live`) never imports its transports (`app.media`, `app.server`);
+* the live core (`app.live`) never imports its transports (`app.media`, `app.egress`, `app.server`), and the
+  egress (`app.egress`: outputs) never imports the server (`app.server`) nor the ingress's sessions;
+* no module of `app/` or `engines/` is over 600 lines;
 * no package of `app/` imports another that imports it back;
 * no import cycles among the modules of `app/` and `engines/`. Imports inside functions count too: a lazy
   import hides a cycle from the interpreter, not from a reader. Imports under `if TYPE_CHECKING:` do not
@@ -162,9 +164,36 @@ def test_the_live_core_sits_below_its_transports(graph: Graph) -> None:
     """Sessions (`app.media.webrtc`) and streams (`app.server.streams`) adapt to the live core; it knows
     neither, nor any transport."""
     upward = sorted(
-        (a, b) for a, b in edges(graph) if _in(a, "app.live") and (_in(b, "app.media") or _in(b, "app.server"))
+        (a, b)
+        for a, b in edges(graph)
+        if _in(a, "app.live") and any(_in(b, transport) for transport in ("app.media", "app.egress", "app.server"))
     )
     assert upward == []
+
+
+def test_the_egress_sits_below_the_server(graph: Graph) -> None:
+    """The outputs (`app.egress`) read the live core and the media utilities; the server wires them, never the
+    reverse, and they know nothing of how frames came in (`app.media.webrtc`, `app.media.rtsp_in`)."""
+    upward = sorted(
+        (a, b)
+        for a, b in edges(graph)
+        if _in(a, "app.egress") and any(_in(b, m) for m in ("app.server", "app.media.webrtc", "app.media.rtsp_in"))
+    )
+    assert upward == []
+
+
+MODULE_MAX_LINES = 600
+
+
+def test_no_module_is_over_600_lines() -> None:
+    """A module that grows past this has taken on a second job: split it by job."""
+    long = {
+        str(path.relative_to(ROOT)): n
+        for package in PACKAGES
+        for path in (ROOT / package).rglob("*.py")
+        if (n := len(path.read_text().splitlines())) > MODULE_MAX_LINES
+    }
+    assert long == {}
 
 
 def package_graph(graph: Graph) -> Graph:
@@ -188,5 +217,5 @@ def package_graph(graph: Graph) -> Graph:
 
 def test_no_package_imports_another_that_imports_it_back(graph: Graph) -> None:
     packages = package_graph(graph)
-    assert {"app.media", "app.live", "app.provenance"} <= set(packages)
+    assert {"app.media", "app.egress", "app.live", "app.provenance"} <= set(packages)
     assert cycles(packages) == []

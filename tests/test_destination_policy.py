@@ -7,8 +7,8 @@ import ipaddress
 import pytest
 
 from app.destination_policy import DestinationPolicy, DestinationRefused, networks
-from app.media.push_destination import Destination
-from app.media.push_policy import PushPolicy, route
+from app.egress.push_destination import Destination
+from app.egress.push_policy import PushPolicy, route
 from app.server.ingest_policy import IngestPolicy
 
 OWN_PORTS = frozenset({8000, 8554})

@@ -5,9 +5,17 @@ Events carry the principal and, for keys, the key id, never a key or token."""
 import json
 import sys
 import threading
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Any
+
+# What records an audit event (a name and its fields): a server's `AuditLog.event`, or `no_audit`.
+Audit = Callable[..., None]
+
+
+def no_audit(event: str, **fields: Any) -> None:
+    """Records nothing: the audit of parts made without an audit log (tests, benchmarks)."""
 
 
 class AuditLog:

@@ -49,7 +49,7 @@ def run_network_bench(config: NetworkBenchConfig, progress: bool = True) -> dict
     reason = engine_unavailable(config.engine)
     rtsp = bool(set(config.paths) & set(RTSP_PATHS))
     if reason is None and rtsp:
-        from app.media.rtsp_out import rtsp_unavailable_reason
+        from app.egress.rtsp import rtsp_unavailable_reason
 
         unavailable = rtsp_unavailable_reason()
         reason = f"the RTSP paths need GStreamer's RTSP server: {unavailable}" if unavailable else None

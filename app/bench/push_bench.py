@@ -5,8 +5,8 @@ per push, in the same run.
 not counted), fed a moving clip of a real face at the channel's size and rate and a 48 kHz tone, as the
 channel's feed would. Measured over `seconds` after `warmup_s`, as % of one core: this process (the
 conversion, the encodes and the pushes' threads: what the server spends) and the pushes' child processes (the
-muxers). Twice: `separate` (each push its own `PushEncode`: what each push cost before they shared one) and
-`shared` (one `PushEncode` for all, as the server runs them). Prints JSON.
+muxers). Twice: `separate` (each push its own `SharedEncode`: what each push cost before they shared one) and
+`shared` (one `SharedEncode` for all, as the server runs them). Prints JSON.
 """
 
 from __future__ import annotations
@@ -25,12 +25,12 @@ from typing import Any
 import av
 import numpy as np
 
+from app.egress.encode import AUDIO_RATE, SharedEncode
+from app.egress.push import Push
+from app.egress.push_destination import Destination
 from app.live.frame import OutputFrame
 from app.media.clips import load_sample, make_motion_clip
 from app.media.encoder import EncoderPolicy
-from app.media.push import Push
-from app.media.push_destination import Destination
-from app.media.push_encode import AUDIO_RATE, PushEncode
 from app.settings import EncoderSettings
 
 AUDIO_CHUNK = 960  # 20 ms, as WebRTC sound comes
@@ -111,8 +111,8 @@ def measure(mode: str, pushes: int, frames: list[Any], fps: int, seconds: float,
     ]
     time.sleep(1.0)  # the receivers listen
     feed = _Feed(frames, fps)
-    shared = PushEncode(width, height, fps, policy, "bench")
-    encodes = [shared] if mode == "shared" else [PushEncode(width, height, fps, policy, "bench") for _ in ports]
+    shared = SharedEncode(width, height, fps, policy, "bench")
+    encodes = [shared] if mode == "shared" else [SharedEncode(width, height, fps, policy, "bench") for _ in ports]
     feed.listeners = list(encodes)
     running = [
         Push(f"p{i}", Destination.parse(f"rtmp://127.0.0.1:{port}/live/k"), encodes[i % len(encodes)])

@@ -96,7 +96,7 @@ class StampedSource:
     """The bench clip published at `fps` on a local RTSP server, each frame stamped with its running id."""
 
     def __init__(self, frames: list[Image], fps: int) -> None:
-        from app.media.rtsp_out import RtspServer
+        from app.egress.rtsp import RtspServer
 
         self._frames = frames
         self._fps = fps
@@ -196,7 +196,7 @@ def run_rtsp_cell(
     cpu_seconds: Callable[[], float | None],
 ) -> None:
     """Measure one stream of the server at `base_url` into `cell` (`cell.failed` says why when it could not)."""
-    from app.media.rtsp_out import rtsp_unavailable_reason
+    from app.egress.rtsp import rtsp_unavailable_reason
 
     reason = rtsp_unavailable_reason()
     if reason is not None:

@@ -4,12 +4,14 @@ Every pushed frame (a real face moving, from `make_motion_clip`) carries its id 
 black and white blocks along its top edge; the client reads the id back from each decoded
 frame and looks up when that frame was pushed. Run as
 
-    python -m app.bench.rtsp_latency [--seconds 10] [--size 640x480 --size 1280x720] [--producer-fps 12]
+    python -m app.bench.rtsp_latency [--seconds 10] [--size 640x480] [--producer-fps 12] [--channel|--both]
 
 and it prints one JSON line per size with p50/p95 in milliseconds, the share of distinct frames among
 those decoded (a frame sent twice shows its id twice), and how long `ffprobe` and `av.open` took to open
 the stream and the first decoded frame came (clients that connect while frames flow, as OBS's media
-source does).
+source does). Frames are pushed into the path's own feed and encode (a session's or a stream's path); with
+`--channel` they are offered to a `SharedEncode` the path reads (a channel's, whose feed is the channel's own),
+and `--both` measures the two one after the other.
 """
 
 from __future__ import annotations
@@ -26,10 +28,14 @@ import av
 import numpy as np
 import numpy.typing as npt
 
+from app.egress.encode import SharedEncode
+from app.egress.rtsp import RtspServer
+from app.live.frame import OutputFrame
 from app.media.clips import load_sample, make_motion_clip
+from app.media.encoder import EncoderPolicy
 from app.media.rtsp_in import LIVE_OPTIONS
-from app.media.rtsp_out import RtspServer
 from app.pipeline.types import Image
+from app.settings import EncoderSettings
 
 ID_BITS = 20
 CHECK_BITS = 4
@@ -82,17 +88,19 @@ def measure(
     seconds: float,
     fps: int = 30,
     warmup_s: float = 1.5,
-    aud_after_frame: bool = True,
     producer_fps: float | None = None,
+    channel: bool = False,
 ) -> dict[str, Any]:
     """Announce `fps`, push stamped frames at `producer_fps` (default `fps`) for about `warmup_s + seconds`
-    and time each decoded one."""
+    and time each decoded one; with `channel`, offer them to a shared encode that the path serves."""
     push_fps = producer_fps or fps
     clip = make_motion_clip(load_sample("astronaut"), size=(width, height), frames=2 * fps, fps=fps)
     pushed_at: dict[int, float] = {}
     stop = threading.Event()
     with RtspServer(port=0) as server:
-        publisher = server.publish("bench", width, height, fps, aud_after_frame=aud_after_frame)
+        encode = SharedEncode(width, height, fps, EncoderPolicy(EncoderSettings()), "bench") if channel else None
+        publisher = server.publish("bench", width, height, fps, encode=encode)
+        offer = (lambda image: encode.frame(OutputFrame(image))) if encode is not None else publisher.push
 
         def push() -> None:
             next_at = time.perf_counter()
@@ -100,7 +108,7 @@ def measure(
             while not stop.is_set():
                 image = stamp_frame_id(clip.frames[frame_id % len(clip)].copy(), frame_id)
                 pushed_at[frame_id] = time.perf_counter()
-                publisher.push(image)
+                offer(image)
                 frame_id += 1
                 next_at += 1 / push_fps
                 stop.wait(max(0.0, next_at - time.perf_counter()))
@@ -143,8 +151,8 @@ def measure(
             "size": f"{width}x{height}",
             "fps": fps,
             "producer_fps": push_fps,
-            "aud_after_frame": aud_after_frame,
-            "bitrate_kbps": publisher.bitrate_kbps,
+            "path": "channel" if channel else "own",
+            "bitrate_kbps": EncoderPolicy(EncoderSettings()).shared_bitrate_kbps(width, height, fps),
             "frames": decoded,
             "unreadable": unreadable,
             "distinct": round(len(set(ids)) / len(ids), 3) if ids else None,
@@ -179,16 +187,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--fps", type=int, default=30)
     parser.add_argument("--producer-fps", type=float, help="push at this rate (default: --fps)")
     parser.add_argument("--size", type=_size, action="append", help="WIDTHxHEIGHT (repeatable)")
-    parser.add_argument("--compare", action="store_true", help="also measure without the trailing AUD")
+    parser.add_argument("--channel", action="store_true", help="a path reading a channel's shared encode")
+    parser.add_argument("--both", action="store_true", help="the path's own encode, then a channel's")
     args = parser.parse_args(argv)
+    kinds = (False, True) if args.both else (args.channel,)
     for width, height in args.size or [(640, 480), (1280, 720)]:
-        for aud in (True, False) if args.compare else (True,):
-            print(
-                json.dumps(
-                    measure(width, height, args.seconds, args.fps, aud_after_frame=aud, producer_fps=args.producer_fps)
-                ),
-                flush=True,
-            )
+        for channel in kinds:
+            result = measure(width, height, args.seconds, args.fps, producer_fps=args.producer_fps, channel=channel)
+            print(json.dumps(result), flush=True)
 
 
 if __name__ == "__main__":

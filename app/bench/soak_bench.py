@@ -264,10 +264,10 @@ def run_soak_bench(config: SoakConfig, progress: bool = True) -> dict[str, Any]:
     reason = engine_unavailable(config.engine)
     if reason is not None:
         raise RuntimeError(reason)
+    from app.egress.rtsp import rtsp_unavailable_reason
     from app.media.clips import load_sample
     from app.media.encoder import install_timed_encoders
     from app.media.peer import use_host_addresses
-    from app.media.rtsp_out import rtsp_unavailable_reason
 
     if (why := rtsp_unavailable_reason()) is not None:
         raise RuntimeError(f"the soak needs GStreamer RTSP: {why}")

@@ -23,7 +23,7 @@ from typing import Any
 
 from app.auth.private_file import private_file_problem
 from app.channels.store import ChannelStoreError
-from app.media.push_destination import Destination, DestinationInvalid
+from app.egress.push_destination import Destination, DestinationInvalid
 from engines.atomic import atomic_path
 
 PUSHES = "pushes.json"

@@ -1,4 +1,4 @@
-"""`swapcast bench`: per-stage pipeline latency against the reference path, JSON out."""
+"""`swapcast bench pipeline`: per-stage pipeline latency against the reference path, JSON out."""
 
 import argparse
 
@@ -9,7 +9,7 @@ from app.commands.options import add_output_argument, add_resolutions_argument
 
 
 def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
-    p = sub.add_parser("bench", help="per-stage latency p50/p99, ours vs the insightface reference path")
+    p = sub.add_parser("pipeline", help="per-stage latency p50/p99, ours vs the insightface reference path")
     p.add_argument("--swapper-model", default="reference_swapper_full", help="inswapper-contract model name")
     p.add_argument("--recognizer-model", default="reference_recognizer")
     p.add_argument("--enhancer", default=None, help="Real-ESRGAN model name to include the enhance stage")

@@ -1,4 +1,4 @@
-"""`swapcast bench-batch`: shared dynamic batching vs one model call per frame, N live sessions; with
+"""`swapcast bench batch`: shared dynamic batching vs one model call per frame, N live sessions; with
 `--backend triton`, sessions over several media processes sharing one Triton server beside the in-process
 batcher."""
 
@@ -14,7 +14,7 @@ DEFAULT_NETWORKS = ("reference_swapper_narrow", "reference_swapper_full")
 
 
 def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
-    p = sub.add_parser("bench-batch", help="N simulated 30 fps sessions: batched vs unbatched, JSON out")
+    p = sub.add_parser("batch", help="N simulated 30 fps sessions: batched vs unbatched, JSON out")
     p.add_argument("--networks", type=names, default=DEFAULT_NETWORKS)
     p.add_argument("--sessions", type=counts(1), default=(1, 2, 4, 8), help="comma list of session counts")
     p.add_argument("--seconds", type=positive_float, default=None, help="seconds per cell (default 4 narrow, 10 full)")
@@ -48,7 +48,7 @@ def run_triton(args: argparse.Namespace) -> dict[str, Any]:
     store = open_model_store()
     (network, *more) = args.networks if args.networks != DEFAULT_NETWORKS else ("reference_swapper_narrow",)
     if more:
-        raise UserError("bench-batch --backend triton takes one network (the model Triton serves)")
+        raise UserError("bench batch --backend triton takes one network (the model Triton serves)")
     config = TritonBenchConfig(
         url=args.triton_url or settings.triton_url,
         model_dir=store.root,

@@ -1,4 +1,4 @@
-"""`swapcast bench-content`: the content gate's scores on every sample photo and clip, and its cost."""
+"""`swapcast bench content`: the content gate's scores on every sample photo and clip, and its cost."""
 
 import argparse
 
@@ -9,7 +9,7 @@ from app.errors import UserError
 
 def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
     p = sub.add_parser(
-        "bench-content", help="content gate: score distribution on the sample photos and clips, cost; JSON out"
+        "content", help="content gate: score distribution on the sample photos and clips, cost; JSON out"
     )
     p.add_argument("--frames", type=int, default=30, help="frames of each motion clip (default 30)")
     p.add_argument("--repeats", type=int, default=20, help="timed runs per cost figure (default 20)")

@@ -1,4 +1,4 @@
-"""`swapcast bench-encoder`: live H.264 encode time against quality (PSNR/SSIM) per x264 preset, JSON out."""
+"""`swapcast bench encoder`: live H.264 encode time against quality (PSNR/SSIM) per x264 preset, JSON out."""
 
 import argparse
 from typing import cast, get_args
@@ -10,7 +10,7 @@ from app.settings import X264Preset
 
 
 def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
-    p = sub.add_parser("bench-encoder", help="H.264 encode time vs PSNR/SSIM per x264 preset, JSON out")
+    p = sub.add_parser("encoder", help="H.264 encode time vs PSNR/SSIM per x264 preset, JSON out")
     add_resolutions_argument(p, ("480p", "720p"))
     p.add_argument(
         "--presets",

@@ -1,4 +1,4 @@
-"""`swapcast bench-engines`: FP32/FP16/INT8/torch variants side by side: latency, size and quality vs FP32."""
+"""`swapcast bench engines`: FP32/FP16/INT8/torch variants side by side: latency, size and quality vs FP32."""
 
 import argparse
 import json
@@ -10,7 +10,7 @@ from app.commands.arguments import positive_int
 
 def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
     bench = sub.add_parser(
-        "bench-engines", help="FP32/FP16/INT8/torch variants: latency, size and quality vs FP32 (table and JSON)"
+        "engines", help="FP32/FP16/INT8/torch variants: latency, size and quality vs FP32 (table and JSON)"
     )
     bench.add_argument("--full", action="store_true", help="also the full-size reference swapper (slow on a CPU)")
     bench.add_argument("--runs", type=positive_int, default=30, help="timed runs per variant (default 30)")

@@ -1,4 +1,4 @@
-"""`swapcast bench-mesh`: the mesh engine's cost per face, step by step, beside classic's, and whole frames."""
+"""`swapcast bench mesh`: the mesh engine's cost per face, step by step, beside classic's, and whole frames."""
 
 import argparse
 import json
@@ -9,7 +9,7 @@ from app.errors import UserError
 
 
 def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
-    p = sub.add_parser("bench-mesh", help="mesh engine cost per face and per 480p frame, beside classic")
+    p = sub.add_parser("mesh", help="mesh engine cost per face and per 480p frame, beside classic")
     p.add_argument("--runs", type=int, default=60, help="timed runs per engine and resolution")
     p.add_argument("--out", type=Path, default=None, help="write the JSON here (default: print it)")
     p.set_defaults(func=run)

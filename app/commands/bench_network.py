@@ -1,4 +1,4 @@
-"""`swapcast bench-network`: one server, one session per network profile (loss, burst loss, jitter, a bandwidth
+"""`swapcast bench network`: one server, one session per network profile (loss, burst loss, jitter, a bandwidth
 cap, outages) through an impairing UDP relay; fps, freezes, latency and bitrate, each against the clean run."""
 
 import argparse
@@ -20,7 +20,7 @@ PROFILES = ("clean", "loss1", "loss5", "burst2", "jitter40", "cap1.5", "outage3"
 
 def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
     p = sub.add_parser(
-        "bench-network", help="sessions through an impaired network (loss, jitter, a cap, outages) vs a clean one"
+        "network", help="sessions through an impaired network (loss, jitter, a cap, outages) vs a clean one"
     )
     p.add_argument(
         "--profiles",

@@ -1,4 +1,4 @@
-"""`swapcast bench-quality`: swap quality per engine, each figure judged against its target.
+"""`swapcast bench quality`: swap quality per engine, each figure judged against its target.
 
 Sections: likeness (identity moved, expression kept, on pairs of sample photos), occlusion (a real hand crossing
 a face: hand kept, face still swapped, cost) and flicker (a still head's flicker, jitter, lag on fast motion);
@@ -24,7 +24,7 @@ SECTIONS = ("likeness", "occlusion", "flicker")
 
 
 def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
-    p = sub.add_parser("bench-quality", help="swap quality per engine: identity, landmark and eye/mouth errors")
+    p = sub.add_parser("quality", help="swap quality per engine: identity, landmark and eye/mouth errors")
     add_engine_list_argument(
         p, "comma list (default: passthrough,classic,mesh, and inswapper when its weights are present)"
     )
@@ -122,7 +122,7 @@ def _likeness(
     pipelines = {name: build_pipeline(PipelineSettings(engine=name, faces="largest", **extra), store) for name in names}
     people = portraits(next(iter(pipelines.values())).detector)
     if len(people) < 2:
-        raise UserError(f"bench-quality needs face photos of two people at least; found {len(people)}")
+        raise UserError(f"bench quality needs face photos of two people at least; found {len(people)}")
     report = QualityBench(pipelines, measurer).run(make_pairs(people, pairs), grid_path=grid, grid_rows=grid_rows)
     return report.as_dict()
 

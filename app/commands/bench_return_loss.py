@@ -1,4 +1,4 @@
-"""`swapcast bench-return-loss`: a session's return sender through a seeded lossy link to receivers that do
+"""`swapcast bench return-loss`: a session's return sender through a seeded lossy link to receivers that do
 nothing to repair it (a plain aiortc client, optionally headless Chromium), its recovery off and on side by
 side; the longest freeze per seed, inter-frame gaps, frames held behind a hole, NACKs and resends."""
 
@@ -15,7 +15,7 @@ RECEIVERS = ("aiortc", "chromium")
 
 def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
     p = sub.add_parser(
-        "bench-return-loss",
+        "return-loss",
         help="a session's return through loss to receivers that cannot repair it, its recovery off and on",
     )
     p.add_argument(

@@ -1,4 +1,4 @@
-"""`swapcast bench-server`: round-trip latency and fps of WebRTC sessions, our server against a bare aiortc echo."""
+"""`swapcast bench server`: round-trip latency and fps of WebRTC sessions, our server against a bare aiortc echo."""
 
 import argparse
 import sys
@@ -13,7 +13,7 @@ CODECS = ("H264", "VP8")
 
 
 def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
-    p = sub.add_parser("bench-server", help="WebRTC round-trip latency and fps: our server vs a bare aiortc echo")
+    p = sub.add_parser("server", help="WebRTC round-trip latency and fps: our server vs a bare aiortc echo")
     p.add_argument("--seconds", type=positive_float, default=3.0, help="measured seconds per cell (default 3)")
     p.add_argument(
         "--warmup", type=non_negative_float, default=1.5, help="seconds streamed before measuring (default 1.5)"

@@ -1,4 +1,4 @@
-"""`swapcast bench-soak`: one server for N minutes under churn (sessions, an RTSP-ingest stream, WHEP viewers,
+"""`swapcast bench soak`: one server for N minutes under churn (sessions, an RTSP-ingest stream, WHEP viewers,
 RTSP pullers, a channel, identity switches, uploads and deletes); its memory, threads, files, tasks and
 connections sampled all along, their growth per hour and whether they come back once the clients leave."""
 
@@ -18,7 +18,7 @@ from app.runtime.allocator import NAMED_ALLOCATORS
 
 
 def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
-    p = sub.add_parser("bench-soak", help="one server for N minutes with clients joining and leaving; leaks and drift")
+    p = sub.add_parser("soak", help="one server for N minutes with clients joining and leaving; leaks and drift")
     p.add_argument("--minutes", type=positive_float, default=10.0, help="minutes of churn (default 10)")
     p.add_argument(
         "--warmup-minutes",

@@ -1,6 +1,6 @@
-"""`swapcast bench-stability`: hands kept in front of the face (occlusion) and the swapped face's steadiness
+"""`swapcast bench stability`: hands kept in front of the face (occlusion) and the swapped face's steadiness
 (flicker, landmark jitter, lag), per engine, on clips made from packaged photos, with every figure the benches
-give. `swapcast bench-quality` judges the same measurements against their targets (app.bench.stability)."""
+give. `swapcast bench quality` judges the same measurements against their targets (app.bench.stability)."""
 
 import argparse
 import json
@@ -17,7 +17,7 @@ KNOWN = ("classic", "mesh")
 
 def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
     p = sub.add_parser(
-        "bench-stability",
+        "stability",
         help="occlusion (a real hand crossing a face: hand kept, IoU, cost) and flicker/jitter/lag per engine",
     )
     add_engine_list_argument(p, "comma list of classic, mesh (default both)")

@@ -1,4 +1,4 @@
-"""`swapcast bench-upload`: peak memory and time of decoding hostile identity photos."""
+"""`swapcast bench upload`: peak memory and time of decoding hostile identity photos."""
 
 import argparse
 import json
@@ -7,7 +7,7 @@ from app.errors import UserError
 
 
 def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
-    p = sub.add_parser("bench-upload", help="peak RSS and time per hostile identity photo, each in a fresh process")
+    p = sub.add_parser("upload", help="peak RSS and time per hostile identity photo, each in a fresh process")
     p.add_argument(
         "--max-pixels",
         type=int,

@@ -1,4 +1,4 @@
-"""`swapcast bench-watermark`: the invisible watermark's robustness, invisibility, false positives and cost."""
+"""`swapcast bench watermark`: the invisible watermark's robustness, invisibility, false positives and cost."""
 
 import argparse
 from pathlib import Path
@@ -10,7 +10,7 @@ from app.errors import UserError
 
 
 def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
-    p = sub.add_parser("bench-watermark", help="watermark robustness (H.264, resize, crop), PSNR, cost; JSON out")
+    p = sub.add_parser("watermark", help="watermark robustness (H.264, resize, crop), PSNR, cost; JSON out")
     p.add_argument("--photos", default="astronaut,tom_hanks,t1", help="comma list of sample photos for clips")
     p.add_argument("--seconds", type=int, default=2, help="seconds of 30 fps 720p video per photo (default 2)")
     p.add_argument("--strength", type=float, default=None, help="RMS grey levels of the mark (default 1.8)")

@@ -19,7 +19,8 @@ def _parsers(parser: argparse.ArgumentParser, name: str) -> Iterator[tuple[str, 
     for action in parser._actions:
         if isinstance(action, argparse._SubParsersAction):
             for sub_name, sub in action.choices.items():
-                yield from _parsers(sub, f"{name} {sub_name}")
+                if sub.prog == f"{name} {sub_name}":  # an older spelling shares its parser: documented once
+                    yield from _parsers(sub, f"{name} {sub_name}")
 
 
 def cli_markdown() -> str:

@@ -18,6 +18,7 @@ from typing import Any
 import cv2
 import numpy as np
 
+from app.auth.audit import Audit, no_audit
 from app.content.check import ContentCheck, ContentRefused
 from app.content.settings import Policy
 from app.content.unchanged import look, unchanged
@@ -40,7 +41,6 @@ SCORING_NICENESS = 10
 # near the threshold could cross it on a change too small for the thumbnail to see.
 CLEAR_SHARE = 0.5
 
-Audit = Callable[..., None]
 Pair = tuple[Image, Image]
 
 
@@ -71,7 +71,7 @@ class ContentService:
         policy: Policy,
         interval_s: float,
         metrics: Metrics,
-        audit: Audit | None = None,
+        audit: Audit = no_audit,
         *,
         unchanged_s: float = 0.0,
     ) -> None:
@@ -80,7 +80,7 @@ class ContentService:
         self.interval_s = interval_s
         self.unchanged_s = unchanged_s  # 0: every due check is scored, changed or not
         self.metrics = metrics
-        self.audit: Audit = audit or (lambda event, **fields: None)
+        self.audit = audit
         self._niced = False
         self.batcher: DynamicBatcher[Pair, tuple[float, ...]] = DynamicBatcher(
             "content",

@@ -1,16 +1,21 @@
 """What every transport adapter of the live core exposes, read from its core: a WebRTC session and an RTSP
 ingest stream are both a `LiveOutput` to the routes, the viewers and the revocation watcher."""
 
+from __future__ import annotations
+
 import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import av
 
 from app.live.core import LiveCore, OutputListener
 from app.pipeline.identity_map import FaceSources
 from app.provenance.service import FrameMarker
+
+if TYPE_CHECKING:  # the egress reads the live core, never the reverse
+    from app.egress.encode import SharedEncode
 
 AudioListener = Callable[[av.AudioFrame, float], None]  # a frame and the monotonic instant it is due
 
@@ -43,6 +48,11 @@ class Watchable(Protocol):
 
     @property
     def keyframe_listeners(self) -> list[Callable[[], None]] | None: ...
+
+    @property
+    def encode(self) -> SharedEncode | None:
+        """The output's shared encode, whose packets its viewers take; None where they are encoded for them."""
+        ...
 
 
 class LiveOutput:
@@ -81,6 +91,11 @@ class LiveOutput:
     @property
     def keyframe_listeners(self) -> list[Callable[[], None]] | None:
         """Called when the output's next frame should start on a keyframe; None where nothing asks for one."""
+        return None
+
+    @property
+    def encode(self) -> SharedEncode | None:
+        """None: a session's or a stream's viewers have their hub's own encode (`app.egress.whep`)."""
         return None
 
     def stats(self) -> dict[str, Any]:

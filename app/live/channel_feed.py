@@ -26,7 +26,7 @@ import numpy as np
 
 from app.live.adapter import AudioListener
 from app.live.core import OutputListener
-from app.live.frame import OutputFrame
+from app.live.frame import OutputFrame, letterbox
 from app.pipeline.types import Image
 
 log = logging.getLogger(__name__)
@@ -34,12 +34,14 @@ log = logging.getLogger(__name__)
 # No publisher frame for this long: the feed fills in (a publisher that makes 5 frames a second is not
 # interrupted; a stalled one is covered before consumers' players notice).
 GAP_S = 0.25
+PROBE_GAP = 1.2
 
 
 @dataclass
 class ChannelCounters:
     publisher_changes: int = 0
     frames_published: int = 0
+    frames_superseded: int = 0  # published frames replaced by a newer one before the feed's thread took them
     frames_held: int = 0  # the last frame sent again while nobody published
     frames_slate: int = 0
     seconds_held: float = 0.0
@@ -65,20 +67,6 @@ def default_slate(width: int, height: int) -> Image:
     return slate
 
 
-def fit(image: Image, width: int, height: int) -> Image:
-    """`image` scaled to fit `width`x`height` with its shape kept, centred on black."""
-    h, w = image.shape[:2]
-    if (w, h) == (width, height):
-        return image
-    scale = min(width / w, height / h)
-    new_w, new_h = max(1, round(w * scale)), max(1, round(h * scale))
-    resized = cv2.resize(image, (new_w, new_h), interpolation=cv2.INTER_AREA if scale < 1 else cv2.INTER_LINEAR)
-    out = np.zeros((height, width, 3), np.uint8)
-    top, left = (height - new_h) // 2, (width - new_w) // 2
-    out[top : top + new_h, left : left + new_w] = resized
-    return out
-
-
 class ChannelFeed:
     def __init__(
         self,
@@ -95,7 +83,7 @@ class ChannelFeed:
         self.width, self.height, self.fps = width, height, fps
         self.hold_s = hold_s
         # One frame for the whole time on slate: its I420 form is converted once.
-        self.slate = OutputFrame(fit(slate, width, height) if slate is not None else default_slate(width, height))
+        self.slate = OutputFrame(letterbox(slate, width, height) if slate is not None else default_slate(width, height))
         # Called with every frame the channel sends (published or filled in); each must return at once.
         self.output_listeners: list[OutputListener] = []
         self.audio_listeners: list[AudioListener] = []
@@ -107,6 +95,7 @@ class ChannelFeed:
         self._publisher: str | None = None
         self._keyframe_due = False
         self._pending: OutputFrame | None = None  # the newest published frame, not yet sent
+        self._probe_left = 0  # frames still sent at the full rate, gaps of one interval filled (`probe`)
         self._last: OutputFrame | None = None  # the last one sent, at the channel's size
         self._stopped = False
         self._thread = threading.Thread(target=self._run, name=f"channel-{name}", daemon=True)
@@ -141,6 +130,8 @@ class ChannelFeed:
         with self._lock:
             if publisher != self._publisher:
                 return
+            if self._pending is not None:
+                self.counters.frames_superseded += 1
             self._pending = image
             self.counters.frames_published += 1
             self.counters.last_publisher_frame = self._clock()
@@ -151,6 +142,14 @@ class ChannelFeed:
             return
         for listener in list(self.audio_listeners):
             listener(frame, due)
+
+    def probe(self, frames: int) -> None:
+        """For the next `frames` frames, fill every gap longer than one interval, not only a publisher's pause: a
+        client that opens the stream (FFmpeg's players wait for about 20 frames before they return) opens in 20
+        intervals however slowly the publisher makes frames."""
+        with self._lock:
+            self._probe_left = max(self._probe_left, frames)
+            self._lock.notify()
 
     def stats(self) -> dict[str, Any]:
         now = self._clock()
@@ -203,12 +202,16 @@ class ChannelFeed:
                     self._keyframe_due = False
             if pending is not None:
                 self._send_published(pending, keyframe)
+                next_fill = self._clock() + PROBE_GAP * interval  # the first time a fill may be due
                 continue
             now = self._clock()
             next_fill = max(next_fill + interval, now)  # after a stall, go on from now rather than catch up
             with self._lock:
                 last = self.counters.last_publisher_frame
-                if last is not None and now - last < GAP_S:
+                # While a client probes, a frame missing for a little more than an interval is filled in;
+                # otherwise only a pause.
+                gap = PROBE_GAP * interval if self._probe_left > 0 else GAP_S
+                if last is not None and now - last < gap:
                     continue
                 kind, image = self._filler(now)
                 if kind == "held":
@@ -222,7 +225,7 @@ class ChannelFeed:
     def _send_published(self, frame: OutputFrame, keyframe: bool) -> None:
         """Sent as it is when it has the channel's size (its I420 form shared with the publisher's outputs)."""
         fits = frame.size == (self.width, self.height)
-        sized = frame if fits else OutputFrame(fit(frame.image, self.width, self.height))
+        sized = frame if fits else OutputFrame(letterbox(frame.image, self.width, self.height))
         with self._lock:
             self._last = sized
         if keyframe:
@@ -231,6 +234,8 @@ class ChannelFeed:
         self._send(sized)
 
     def _send(self, frame: OutputFrame) -> None:
+        with self._lock:
+            self._probe_left = max(0, self._probe_left - 1)
         for listener in list(self.output_listeners):
             try:
                 listener(frame)

@@ -3,10 +3,13 @@
 It owns the per-stream state (the live tracker: detection schedule, background detection, landmark tracking,
 face-lost policy), the identity or identity map in use, the stages (the watermark last), hop timing, drop
 reasons, counters and stats, and the output fan-out: every processed frame goes to each output listener (the
-WebRTC return's track, WHEP viewers, RTSP). A transport calls `frame_in` when a decoded frame arrives,
+WebRTC return's track, WHEP viewers, RTSP); a listener that raises is detached, logged and counted, and the
+others go on. A transport calls `frame_in` when a decoded frame arrives,
 `process` on a worker thread, `finished` with the result, and `frame_out` when an output sent it.
 """
 
+import contextlib
+import logging
 import threading
 import time
 from collections.abc import Callable
@@ -27,6 +30,8 @@ from app.pipeline.pipeline import FramePipeline
 from app.pipeline.timing import StageTimer
 from app.pipeline.types import Image
 from app.provenance.service import FrameMarker
+
+log = logging.getLogger(__name__)
 
 OutputListener = Callable[[OutputFrame], None]
 
@@ -144,8 +149,20 @@ class LiveCore:
         self.hops.observe_stages(timer)
         frame = OutputFrame.of(image)
         for listener in list(self.output_listeners):
-            listener(frame)
+            try:
+                listener(frame)
+            except Exception:  # one output's failure must not end the worker, or starve the other outputs
+                self._drop_listener(listener)
         return frame
+
+    def _drop_listener(self, listener: OutputListener) -> None:
+        """An output listener that raised: removed, logged and counted."""
+        with contextlib.suppress(ValueError):
+            self.output_listeners.remove(listener)
+        with self._lock:
+            self.counters.output_errors += 1
+        self._metrics.egress_reader_errors.labels(self.kind).inc()
+        log.exception("%s %s: an output failed on a frame and was detached", self.kind, self.name)
 
     def frame_out(self, arrived: float, now: float | None = None) -> None:
         """An output sent the frame that arrived at `arrived`."""
@@ -171,6 +188,7 @@ class LiveCore:
                 "latency_ms": c.latency_ms(),
                 "drops": dict(c.drops),
                 "dropped": sum(c.drops.values()),
+                "output_errors": c.output_errors,
             }
         return {
             "identity": self.identity_id,

@@ -34,6 +34,7 @@ class LiveCounters:
     frames_in: int = 0
     frames_out: int = 0
     drops: Counter[str] = field(default_factory=Counter)
+    output_errors: int = 0  # output listeners detached because they raised
     latencies: deque[float] = field(default_factory=lambda: deque(maxlen=300))
     rate_in: RateWindow = field(default_factory=RateWindow)
     rate_out: RateWindow = field(default_factory=RateWindow)

@@ -20,6 +20,21 @@ def to_i420(image: Image) -> Planes:
     return np.asarray(cv2.cvtColor(np.ascontiguousarray(image), cv2.COLOR_BGR2YUV_I420), np.uint8)
 
 
+def letterbox(image: Image, width: int, height: int) -> Image:
+    """`image` scaled to fit `width`x`height` with its shape kept, centred on black: the one size rule of every
+    output that has a size of its own (a channel, a shared encode's rendition)."""
+    h, w = image.shape[:2]
+    if (w, h) == (width, height):
+        return image
+    scale = min(width / w, height / h)
+    new_w, new_h = max(1, round(w * scale)), max(1, round(h * scale))
+    resized = cv2.resize(image, (new_w, new_h), interpolation=cv2.INTER_AREA if scale < 1 else cv2.INTER_LINEAR)
+    out = np.zeros((height, width, 3), np.uint8)
+    top, left = (height - new_h) // 2, (width - new_w) // 2
+    out[top : top + new_h, left : left + new_w] = resized
+    return out
+
+
 class OutputFrame:
     __slots__ = ("image", "_i420", "_lock")
 

@@ -2,9 +2,9 @@
 resolution, a fixed keyframe interval, and NVENC where FFmpeg can open it, with libx264 as the fallback.
 
 `EncoderPolicy` opens the PyAV codecs of the WebRTC return path (through aiortc, below) and of the shared
-encodes (the WHEP hub's, a channel's pushes'), and gives the same settings as GStreamer x264enc properties for
-the RTSP output. The shared encodes (WHEP, RTSP, pushes) have no receiver estimate: they run at a fixed rate
-inside the band, with their own preset (`shared_x264_preset`).
+encodes (`app.egress.encode`: one per output path, read by its RTSP clients, WHEP viewers, SRT callers and
+pushes; and a WHEP hub's own where its output has no path yet). The shared encodes have no receiver estimate:
+they run at a fixed rate inside the band, with their own preset (`shared_x264_preset`).
 
 aiortc's encoder runs libx264 with its default preset (`medium`) and clamps every stream to 0.5-3 Mbit/s;
 this one keeps aiortc's packetisation (the subclass only replaces how the codec is opened and fed) and takes
@@ -387,7 +387,7 @@ class EncoderPolicy:
         return _open_best(shared, lambda name: open_codec(name, width, height, bitrate, band, shared, time_base))
 
     def open_push(self, width: int, height: int, fps: int) -> VideoCodecContext:
-        """A channel's encode for its pushes (`app.media.push_encode`): NVENC where one opens at this size (under
+        """A channel's encode for its pushes (`app.egress.encode`): NVENC where one opens at this size (under
         the settings' backend), else libx264 with the shared preset, at the shared fixed rate inside the band, one
         frame per tick of `fps`. Without a global header, so that every keyframe carries its SPS and PPS: a push
         that joins on one needs nothing sent before it."""
@@ -405,13 +405,6 @@ class EncoderPolicy:
             return codec
 
         return _open_best(self.settings, open_as)
-
-    def x264enc_properties(self, width: int, height: int, fps: int, bitrate_kbps: int | None = None) -> str:
-        """The same choices as GStreamer x264enc properties (RTSP output): preset, tune, rate, keyframe interval."""
-        kbps = bitrate_kbps if bitrate_kbps is not None else self.shared_bitrate_kbps(width, height, fps)
-        tune = f"tune={self.settings.x264_tune} " if self.settings.x264_tune else ""
-        key_int = max(1, round(self.settings.keyframe_interval_s * fps))
-        return f"{tune}speed-preset={self.settings.shared_x264_preset} bitrate={kbps} key-int-max={key_int}"
 
     def shared_bitrate_kbps(self, width: int, height: int, fps: int) -> int:
         return round(shared_bitrate_bps(width, height, fps, self.settings) / 1000)

@@ -1,6 +1,6 @@
 """A WebRTC track of packets encoded once for many viewers: aiortc's sender takes an `av.Packet` from `recv` and
-packetizes it without encoding again. Shared by WHEP's video (`app.media.whep`) and audio
-(`app.media.whep_audio`) tracks, which differ only in what they queue and drop (`deliver`)."""
+packetizes it without encoding again. Shared by WHEP's video (`app.egress.whep`) and audio
+(`app.egress.whep_audio`) tracks, which differ only in what they queue and drop (`deliver`)."""
 
 from __future__ import annotations
 

@@ -51,7 +51,7 @@ def live_options(transport: RtspTransport = "tcp") -> dict[str, str]:
 
 
 class FrameSink(Protocol):
-    """Where processed frames go: an `app.media.rtsp_out.RtspPublisher`, or anything with its `push`."""
+    """Where processed frames go: an `app.egress.rtsp.RtspPublisher`, or anything with its `push`."""
 
     def push(self, image: Image | OutputFrame) -> None: ...
 

@@ -26,7 +26,7 @@ depend on the sender; this one must not depend on the receiver.
 
 A receiver that did not negotiate NACK cannot be helped by either: while its receiver reports show loss it is
 sent a keyframe every `LOSS_KEYFRAME_INTERVAL_S` (the encoder's `keyframes_under_loss`, or, where the sender
-only packetizes frames encoded once for many receivers (a WHEP viewer's, app.media.whep), the hook given to
+only packetizes frames encoded once for many receivers (a WHEP viewer's, app.egress.whep), the hook given to
 `recover_sender`, which asks that shared encode), so a loss stays on its screen half a second at most.
 Keyframe requests (PLI/FIR) are aiortc's: the next frame is encoded as a keyframe (app.media.encoder limits
 how often). What every NACK, probe and keyframe request did is counted

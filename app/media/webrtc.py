@@ -21,7 +21,7 @@ from collections.abc import Awaitable, Callable
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import av
 import numpy as np
@@ -52,6 +52,9 @@ from app.pipeline.identity_map import FaceSources
 from app.pipeline.pipeline import FramePipeline
 from app.pipeline.timing import StageTimer
 from app.runtime.batcher import BatcherError
+
+if TYPE_CHECKING:  # the egress reads the ingress's frames, never the reverse
+    from app.egress.encode import SharedEncode
 
 log = logging.getLogger(__name__)
 
@@ -131,6 +134,8 @@ class Session(LiveOutput):
         self.core = LiveCore(
             kind=KIND, name=self.id, identity_id=identity_id, source=source, pipeline=pipeline, metrics=metrics
         )
+        self._return_encoded = metrics.egress_frames_encoded.labels("return")  # this session's own encoder
+        self.return_frames_encoded = 0
         self.created = datetime.now(UTC).isoformat(timespec="seconds")
         self.state = "new"
         self.codec: str | None = None
@@ -336,6 +341,8 @@ class Session(LiveOutput):
         def encoded(started: float, ended: float) -> None:
             hops.observe("encode", ended - started)
             hops.observe("total", ended - arrived)
+            self.return_frames_encoded += 1
+            self._return_encoded.inc()
 
         return encoded
 
@@ -357,7 +364,7 @@ class Session(LiveOutput):
         if self._publisher is None:
             width, height = image.size
             loop = asyncio.get_running_loop()
-            audio = self.audio.receiving  # the RTSP path carries the microphone too (app.media.rtsp_out)
+            audio = self.audio.receiving  # the RTSP path carries the microphone too (app.egress.rtsp)
             factory = functools.partial(self._publisher_factory, audio=True) if audio else self._publisher_factory
             try:
                 self._publisher = await loop.run_in_executor(None, factory, self.rtsp_path, width, height)
@@ -407,6 +414,13 @@ class Session(LiveOutput):
         deadline = self._config.connect_timeout_s if ice else self._config.peer.ice_timeout_s
         return max(0.0, deadline - elapsed) + WATCHDOG_PERIOD_S
 
+    @property
+    def encode(self) -> SharedEncode | None:
+        """The session's own RTSP path's encode once its first frame opened it: its WHEP viewers read it too
+        (before that, or without RTSP, a viewer hub encodes for itself)."""
+        encode: SharedEncode | None = getattr(self._publisher, "encode", None)
+        return encode
+
     def stats(self) -> dict[str, Any]:
         return {
             "id": self.id,
@@ -422,6 +436,12 @@ class Session(LiveOutput):
             "recovery": self.recovery_stats(),
             "return_rate": self._sender_tap.rate_stats() if self._sender_tap is not None else None,
             "return_recovery": self.return_recovery_stats(),
+            # The encodes of this session's frames: its return's own, and its path's shared one (its RTSP clients
+            # and WHEP viewers; a channel it publishes into has its own, in the channel's figures).
+            "egress": {
+                "return_frames_encoded": self.return_frames_encoded,
+                "encode": self.encode.stats() if self.encode is not None else None,
+            },
         }
 
     def return_recovery_stats(self) -> dict[str, int] | None:

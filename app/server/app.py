@@ -72,6 +72,7 @@ def create_app(
             settings.max_channels_per_principal,
             settings.max_channels,
         ),
+        encoder=state.encoder,
         whep_viewers=state.viewers.count,
         pushes=PushManager(
             PushStore(settings.channel_store_dir()),

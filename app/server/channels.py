@@ -18,17 +18,20 @@ import numpy as np
 
 from app.auth.access import Access
 from app.channels.store import ChannelExists, ChannelRecord, ChannelStore
+from app.egress.path import OutputPath
+from app.egress.push import Push
 from app.live.adapter import AudioListener, LiveOutput
 from app.live.channel_feed import ChannelFeed
 from app.live.core import OutputListener
 from app.live.frame import OutputFrame
-from app.media.push import Push
+from app.media.encoder import EncoderPolicy
 from app.observability import ChannelFigures, Metrics
 from app.pipeline.types import Image
 from app.server.pushes import PushManager
 from app.server.resource_errors import Conflict, NotFound
 from app.server.rtsp import FramePublisher, RtspOutput
 from app.server.srt import SrtOutput
+from app.settings import EncoderSettings
 
 log = logging.getLogger(__name__)
 
@@ -69,9 +72,13 @@ class Channel:
     """One channel while the server runs: what the WHEP routes and the viewers need of an output, its RTSP path
     and who publishes into it."""
 
-    def __init__(self, record: ChannelRecord, feed: ChannelFeed) -> None:
+    def __init__(self, record: ChannelRecord, path: OutputPath) -> None:
         self.record = record
-        self.feed = feed
+        self.path = path
+        self.feed = path.feed
+        # The channel's one encode: its RTSP path, WHEP viewers, SRT callers and pushes read its packets; it runs
+        # while one of them does.
+        self.encode = path.encode
         self.ended = asyncio.Event()  # set when the channel is deleted or the server stops
         self.rtsp: FramePublisher | None = None
         self.rtsp_url: str | None = None
@@ -80,9 +87,9 @@ class Channel:
         self.publisher: _Publisher | None = None
         self.pushes: dict[str, Push] = {}  # running in this process, by id
         # The feed's own lists: what WHEP viewers and the RTSP path register with.
-        self.output_listeners: list[OutputListener] = feed.output_listeners
-        self.audio_listeners: list[AudioListener] = feed.audio_listeners
-        self.keyframe_listeners: list[Callable[[], None]] = feed.keyframe_listeners
+        self.output_listeners: list[OutputListener] = path.feed.output_listeners
+        self.audio_listeners: list[AudioListener] = path.feed.audio_listeners
+        self.keyframe_listeners: list[Callable[[], None]] = path.feed.keyframe_listeners
 
     @property
     def id(self) -> str:
@@ -101,6 +108,7 @@ class Channel:
             "view_url": f"/view/channel/{self.id}",
             "consumers": consumers or {},
             **self.feed.stats(),
+            "egress": {"encode": self.encode.stats()},
         }
 
 
@@ -112,6 +120,7 @@ class ChannelManager:
         access: Access,
         metrics: Metrics,
         options: ChannelOptions,
+        encoder: EncoderPolicy | None = None,
         whep_viewers: Callable[[str], int] = lambda key: 0,
         pushes: PushManager | None = None,
         srt: SrtOutput | None = None,
@@ -126,6 +135,7 @@ class ChannelManager:
         self._access = access
         self._metrics = metrics
         self._options = options
+        self._encoder = encoder or EncoderPolicy(EncoderSettings())
         self._channels: dict[str, Channel] = {}
         self._slate: Image | None = None
         self._watchers: set[asyncio.Task[None]] = set()
@@ -161,31 +171,34 @@ class ChannelManager:
         self._channels.clear()
         for channel in channels:
             self._end(channel, "shutdown")
-        await asyncio.to_thread(_release_all, channels)
+        await asyncio.to_thread(self._release_all, channels)
         await self._wait_for_tasks()
 
     def _activate(self, record: ChannelRecord) -> Channel:
         feed = ChannelFeed(
             record.name, record.width, record.height, record.fps, hold_s=self._options.hold_s, slate=self._slate
         )
-        channel = self._channels[record.name] = Channel(record, feed)
+        channel_path = OutputPath(feed, self._encoder, metrics=self._metrics)
+        channel = self._channels[record.name] = Channel(record, channel_path)
+        encode = channel_path.encode
         self._access.owners.record(channel, record.owner, credential="")
         self._access.viewer_tokens.adopt(record.token)
         if self._rtsp.available:
             path = rtsp_path(channel.id)
             login = self.store.rtsp_login(record)
             try:
-                publisher = self._rtsp.publish(path, record.width, record.height, record.fps, audio=True, login=login)
+                publisher = self._rtsp.publish(
+                    path, record.width, record.height, record.fps, audio=True, login=login, encode=channel.encode
+                )
             except Exception:  # RTSP is one of the channel's outputs: WHEP goes on without it
                 log.exception("channel %s: cannot publish its RTSP path", record.name)
             else:
                 channel.rtsp = publisher
                 channel.rtsp_url = self._rtsp.url(path, login=login)
-                feed.output_listeners.append(publisher.push)
+                # The picture reaches the path through the channel's encode (and its keyframe requests go there).
                 feed.audio_listeners.append(publisher.push_audio)
-                feed.keyframe_listeners.append(publisher.request_keyframe)
         if self._srt is not None and self._srt.available:
-            channel.srt_url = self._srt.publish(record.name, self._passphrase(record), feed)
+            channel.srt_url = self._srt.publish(record.name, self._passphrase(record), encode)
             channel.srt = self._srt
         if self.pushes is not None:
             try:
@@ -244,7 +257,7 @@ class ChannelManager:
         if (channel.record if channel is not None else None) != self.store.get(name):
             for gone in self.sync():
                 self._end(gone, CHANNEL_DELETED)
-                self._spawn(asyncio.to_thread(_release, gone), f"channel-{gone.id}-release")
+                self._spawn(asyncio.to_thread(self._release, gone), f"channel-{gone.id}-release")
             channel = self._channels.get(name)
         if channel is None:
             raise ChannelNotFound(name)
@@ -278,7 +291,7 @@ class ChannelManager:
         self._end(channel, CHANNEL_DELETED)
         if self.pushes is not None:
             await asyncio.to_thread(self.pushes.forget_channel, name)
-        await asyncio.to_thread(_release, channel)
+        await asyncio.to_thread(self._release, channel)
 
     def rtsp_paths(self) -> list[str]:
         return [rtsp_path(name) for name, channel in list(self._channels.items()) if channel.rtsp is not None]
@@ -357,25 +370,19 @@ class ChannelManager:
                 task.cancel()
         await asyncio.gather(*self._watchers, return_exceptions=True)
 
+    def _release(self, channel: Channel) -> None:
+        """Blocking: the channel's pushes stop (their owner, the push manager, stops them), its RTSP path and SRT
+        stream id go (their clients disconnected) and its feed's thread stops."""
+        if self.pushes is not None:
+            self.pushes.stop_channel(channel)
+        if channel.rtsp is not None:
+            channel.rtsp.close()
+            channel.rtsp = None
+        if channel.srt is not None:
+            channel.srt.unpublish(channel.id)
+            channel.srt = None
+        channel.path.close()
 
-def _release(channel: Channel) -> None:
-    """Blocking: the channel's RTSP path and SRT stream id go (their clients disconnected), its pushes stop and
-    its feed's thread stops."""
-    pushes = list(channel.pushes.values())
-    for push in pushes:
-        push.stop()
-    for push in pushes:
-        push.close()
-    channel.pushes.clear()
-    if channel.rtsp is not None:
-        channel.rtsp.close()
-        channel.rtsp = None
-    if channel.srt is not None:
-        channel.srt.unpublish(channel.id)
-        channel.srt = None
-    channel.feed.close()
-
-
-def _release_all(channels: list[Channel]) -> None:
-    for channel in channels:
-        _release(channel)
+    def _release_all(self, channels: list[Channel]) -> None:
+        for channel in channels:
+            self._release(channel)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from app.destination_policy import DestinationPolicy, networks
-from app.media.push_policy import PushPolicy, parse_port_range
+from app.egress.push_policy import PushPolicy, parse_port_range
 from app.server.settings import ServerSettings
 
 

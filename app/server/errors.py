@@ -15,11 +15,11 @@ from fastapi.responses import JSONResponse
 
 from app.auth.viewer_tokens import TooManyViewerTokens
 from app.channels.store import ChannelExists, ChannelNameInvalid, ChannelStoreError
+from app.egress.push_destination import DestinationInvalid
 from app.errors import StatusError
 from app.identity.consent import ConsentInvalid
 from app.identity.store import IdentityNotFound, IdentityUnreadable, StoreFull
 from app.media.peer import MediaUnavailable, OfferError
-from app.media.push_destination import DestinationInvalid
 from app.server.admission import AdmissionError
 from app.server.ingest_policy import SourceRefused
 from app.server.ratelimit import RateLimited

@@ -1,6 +1,6 @@
-"""The channels' pushes while the server runs: each stored push (`app.channels.pushes`) as a `Push` fed by its
-channel's one `PushEncode`, which listens to the channel's feed while the channel has pushes; started with the
-channel and stopped with it. Every method here blocks (the store's file, a push's thread ending): run them off
+"""The channels' pushes while the server runs: each stored push (`app.channels.pushes`) as a `Push`, a reader of
+its channel's one `SharedEncode` (shared with the channel's other readers); started with the channel and stopped
+with it. Every method here blocks (the store's file, a push's thread ending): run them off
 the event loop.
 
 A push runs under the credential that added it, as sessions do: revoking that key ends it and removes it from
@@ -14,23 +14,21 @@ new push is refused, and stored ones started beyond it wait their turn, "queued"
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import logging
 import threading
 import weakref
-from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
+from app.auth.audit import Audit, no_audit
 from app.channels.pushes import PushRecord, PushStore
+from app.egress.push import Push, WorkerSlots
+from app.egress.push_destination import Destination
+from app.egress.push_policy import PushPolicy
+from app.egress.push_sinks import srt_unavailable_reason
+from app.egress.push_worker import ProcessSink
 from app.media.encoder import EncoderPolicy
-from app.media.push import Push, WorkerSlots
-from app.media.push_destination import Destination
-from app.media.push_encode import PushEncode
-from app.media.push_policy import PushPolicy
-from app.media.push_sinks import srt_unavailable_reason
-from app.media.push_worker import ProcessSink
 from app.server.resource_errors import Conflict, NotFound, Unavailable
 
 if TYPE_CHECKING:
@@ -79,9 +77,6 @@ class AnyCredential:
         return owner
 
 
-Audit = Callable[..., None]
-
-
 class PushManager:
     def __init__(
         self,
@@ -90,19 +85,16 @@ class PushManager:
         options: PushOptions,
         *,
         credentials: Credentials | None = None,
-        audit: Audit | None = None,
+        audit: Audit = no_audit,
     ) -> None:
         self.store = store
         self._policy = policy
         self._options = options
         self._credentials = credentials or AnyCredential()
-        self._audit: Audit = audit or (lambda event, **fields: None)
+        self._audit = audit
         self._slots = WorkerSlots(options.max_workers)
         self._channels: weakref.WeakSet[Channel] = weakref.WeakSet()  # those whose pushes run here
         self._lock = threading.Lock()
-        # Each running channel's encode for its pushes, while it has some (by the channel: a channel deleted
-        # and made again under its name has a new feed).
-        self._encodes: weakref.WeakKeyDictionary[Channel, PushEncode] = weakref.WeakKeyDictionary()
 
     def start_channel(self, channel: Channel) -> None:
         """The channel's stored pushes start sending (when pushes run in this process), those whose credential
@@ -167,19 +159,21 @@ class PushManager:
             "destination": record.destination.shown,
         }
 
-    def frames_encoded(self, channel: Channel) -> int:
-        """Video frames the channel's encode for its pushes made so far (0 without one): it encodes only while a
-        push's destination takes the stream."""
-        with self._lock:
-            encode = self._encodes.get(channel)
-        return encode.frames_encoded if encode is not None else 0
+    @staticmethod
+    def frames_encoded(channel: Channel) -> int:
+        """Video frames the channel's shared encode made so far: it encodes only while a reader (a push whose
+        destination takes the stream, an RTSP or SRT client, a WHEP viewer) takes its packets."""
+        return channel.encode.frames_encoded
 
     def running(self) -> int:
         """Pushes running in this process now."""
         return sum(len(channel.pushes) for channel in list(self._channels))
 
     def stop_channel(self, channel: Channel) -> None:
-        """The channel's pushes stop (their records stay)."""
+        """The channel's pushes stop (their records stay): all asked at once, then each waited for, so that a
+        channel with several slow destinations stops in the time of one."""
+        for push in list(channel.pushes.values()):
+            push.stop()
         for push_id in list(channel.pushes):
             self._stop(channel, push_id)
 
@@ -238,7 +232,7 @@ class PushManager:
         push = Push(
             record.id,
             record.destination,
-            self._encode(channel),
+            channel.encode,
             backoff_s=self._options.backoff_s,
             backoff_max_s=self._options.backoff_max_s,
             slots=self._slots,
@@ -256,34 +250,8 @@ class PushManager:
             )
         push.start()
 
-    def _encode(self, channel: Channel) -> PushEncode:
-        """The channel's encode for its pushes, listening to its feed from its first push on."""
-        with self._lock:
-            encode = self._encodes.get(channel)
-            if encode is None:
-                feed = channel.feed
-                encode = PushEncode(feed.width, feed.height, feed.fps, self._policy, channel.id)
-                self._encodes[channel] = encode
-                feed.output_listeners.append(encode.frame)
-                feed.audio_listeners.append(encode.audio)
-                feed.keyframe_listeners.append(encode.keyframe)
-            return encode
-
     def _stop(self, channel: Channel, push_id: str) -> None:
         push = channel.pushes.pop(push_id, None)
         if push is None:
             return
         push.close()
-        with self._lock:
-            encode = self._encodes.get(channel) if not channel.pushes else None
-            if encode is None:
-                return
-            del self._encodes[channel]
-        feed = channel.feed
-        for listeners, listener in (
-            (feed.output_listeners, encode.frame),
-            (feed.audio_listeners, encode.audio),
-            (feed.keyframe_listeners, encode.keyframe),
-        ):
-            with contextlib.suppress(ValueError):
-                listeners.remove(listener)  # type: ignore[arg-type]

@@ -1,6 +1,6 @@
 """The RTSP output as the server sees it: optional, with the reason when it is off.
 
-`app.media.rtsp_out` needs GStreamer's RTSP server through PyGObject, which it loads on first use; when that
+`app.egress.rtsp` needs GStreamer's RTSP server through PyGObject, which it loads on first use; when that
 is missing or the server cannot start, the server still runs and `/readyz`, the start-up banner and the
 stream routes say why RTSP is off.
 """
@@ -16,15 +16,23 @@ from typing import Protocol
 
 import av
 
+from app.egress.encode import SharedEncode
+from app.egress.rtsp import RtspServer
 from app.live.frame import OutputFrame
 from app.media.encoder import EncoderPolicy
-from app.media.rtsp_out import RtspServer
+from app.observability import Metrics
 from app.pipeline.types import Image
 
 log = logging.getLogger(__name__)
 
 
 class FramePublisher(Protocol):
+    @property
+    def encode(self) -> SharedEncode:
+        """The encode the path serves (its own, or the one it was published with), which the output's other
+        readers share."""
+        ...
+
     def push(self, image: Image | OutputFrame) -> None: ...
 
     def push_audio(self, frame: av.AudioFrame, due: float | None = None) -> None: ...
@@ -45,13 +53,20 @@ class RtspOutput:
         authenticate: bool = True,
         on_auth_failure: Callable[[str], float] | None = None,
         encoder: EncoderPolicy | None = None,
+        metrics: Metrics | None = None,
     ) -> None:
         """`authenticate`: each published path gets its own login (in the URLs this object hands out, which
         only the path's owner sees); every other client is refused by the RTSP server, and each failed login
         waits `on_auth_failure(address)` seconds before its answer."""
         # The server `start` makes; made there, as it may not start (GStreamer missing, port taken).
         self._new_server = functools.partial(
-            RtspServer, port, host=host, authenticate=authenticate, on_auth_failure=on_auth_failure, encoder=encoder
+            RtspServer,
+            port,
+            host=host,
+            authenticate=authenticate,
+            on_auth_failure=on_auth_failure,
+            encoder=encoder,
+            metrics=metrics,
         )
         self.port = port
         self.host = host
@@ -96,15 +111,19 @@ class RtspOutput:
         *,
         audio: bool = False,
         login: tuple[str, str] | None = None,
+        encode: SharedEncode | None = None,
     ) -> FramePublisher:
         """Serve `path` at (even-rounded) `width`x`height`; frames of another size are resized on push. With
         `audio`, the path has an Opus stream too, fed by the publisher's `push_audio`. `login` replaces the
-        path's derived one (a channel's, which outlives this process)."""
+        path's derived one (a channel's, which outlives this process). With `encode`, the path serves that
+        encode's packets at its size and rate: `push` does nothing, `request_keyframe` asks the encode."""
         if self._server is None:
             raise RuntimeError(self.reason or "RTSP output is off")
         even_width, even_height = max(2, width - width % 2), max(2, height - height % 2)
         login = (login or self.login(path)) if self.authenticate else None
-        publisher: FramePublisher = self._server.publish(path, even_width, even_height, fps, login=login, audio=audio)
+        publisher: FramePublisher = self._server.publish(
+            path, even_width, even_height, fps, login=login, audio=audio, encode=encode
+        )
         return publisher
 
     def change_login(self, path: str, login: tuple[str, str]) -> None:

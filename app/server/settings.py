@@ -11,7 +11,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from app.auth.settings import AccessSettings
 from app.content.settings import ContentSettings
-from app.media.push_policy import parse_port_range
+from app.egress.push_policy import parse_port_range
 from app.provenance.settings import ProvenanceSettings
 from app.server.connections import ConnectionLimits
 from app.server.ice import IceSettings

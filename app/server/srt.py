@@ -2,7 +2,7 @@
 and the port can be had; otherwise off with the reason, and the server runs on.
 
 Channels are read on it by stream id (the channel's name) and passphrase (the channel's RTSP password: one
-credential per channel, moved on together by rotation); `app.media.srt_out` does the rest.
+credential per channel, moved on together by rotation); `app.egress.srt` does the rest.
 """
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ import logging
 import urllib.parse
 from collections.abc import Callable
 
+from app.egress.srt import SrtListener, unavailable_reason
+from app.egress.srt.encode import Feed
 from app.media.encoder import EncoderPolicy
-from app.media.srt_out import SrtListener, unavailable_reason
-from app.media.srt_out.encode import Feed
 
 log = logging.getLogger(__name__)
 

@@ -12,10 +12,11 @@ from typing import Any, TypeVar
 import numpy as np
 from prometheus_client import CollectorRegistry
 
+from app.auth.audit import Audit, no_audit
 from app.auth.failures import FailureDelay
 from app.channels.store import ChannelStoreError
 from app.content.check import load_content_check
-from app.content.live import Audit, ContentService
+from app.content.live import ContentService
 from app.content.settings import Policy
 from app.errors import ModelError
 from app.identity.cache import IdentityCache
@@ -174,6 +175,7 @@ class ServerState:
                 settings.access.auth_failure_delay_s, settings.access.auth_failure_delay_max_s
             ).record,
             encoder=self.encoder,
+            metrics=self.metrics,
         )
         # Channels read over SRT on one port (`SWAPCAST_SRT_PORT`); refusals go to the audit log.
         self.srt = SrtOutput(
@@ -197,7 +199,7 @@ class ServerState:
         # server; the service is loaded with the pipeline unless the policy is off.
         self.content_policy: Policy = "off"
         self.content: ContentService | None = None
-        self.audit: Audit | None = None
+        self.audit: Audit = no_audit
         self.prepared_spec: PreparedSpec | None = None
         # Stored identities found damaged (id -> reason): left out of lists, refused with 409, deletable.
         self.damaged: dict[str, str] = {}
@@ -508,8 +510,7 @@ class ServerState:
 
     def _srt_refused(self, address: str, stream_id: str, reason: str) -> None:
         """An SRT caller refused (libsrt's thread): audited with the stream id asked for, never a passphrase."""
-        if self.audit is not None:
-            self.audit("srt_refused", client=address, stream_id=stream_id, reason=reason)
+        self.audit("srt_refused", client=address, stream_id=stream_id, reason=reason)
 
     def _rtsp_clients(self) -> int:
         paths: list[str] = []

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from app.egress.encode import SharedEncode
 from app.live.adapter import LiveOutput, LiveRequest
 from app.live.core import LiveCore
 from app.live.frame import OutputFrame
@@ -79,6 +80,12 @@ class LazyPublisher:
                 self._publisher = self._rtsp.publish(self._path, width, height, self._fps)
             publisher = self._publisher
         publisher.push(image)
+
+    @property
+    def encode(self) -> SharedEncode | None:
+        """The path's encode once it is published (its WHEP viewers read it too)."""
+        publisher = self._publisher
+        return publisher.encode if publisher is not None else None
 
     def close(self) -> None:
         with self._lock:
@@ -182,6 +189,11 @@ class Stream(LiveOutput):
         gate = self.core.content
         return gate.stopped if gate is not None else None
 
+    @property
+    def encode(self) -> SharedEncode | None:
+        """The stream's own path's encode once its first frame opened it: its WHEP viewers read it too."""
+        return self.publisher.encode if self.publisher is not None else None
+
     def stats(self) -> dict[str, Any]:
         worker_stats: dict[str, Any] = {}
         if self.worker is not None:
@@ -203,6 +215,7 @@ class Stream(LiveOutput):
             "rtsp_url": self.rtsp_url,
             "channel": self.channel,
             "stats": {k: v for k, v in worker_stats.items() if isinstance(v, int | float | str | None)},
+            "egress": {"encode": self.encode.stats() if self.encode is not None else None},
         }
 
 

@@ -1,17 +1,18 @@
-"""WHEP viewers of the server's sessions and streams: one `ViewerHub` per watched output, made at its first
-viewer, fed by the output's listeners and closed when the output ends; at most `max_per_output` viewers each
-(those still negotiating count)."""
+"""WHEP viewers of the server's sessions, streams and channels: one `ViewerHub` per watched output, made at its
+first viewer, fed by the output's listeners (a channel's: by the channel's shared encode, whose packets it reads)
+and closed when the output ends; at most `max_per_output` viewers each (those still negotiating count)."""
 
 import asyncio
 import logging
 from collections import Counter
 from collections.abc import Callable
 
+from app.egress.encode import SharedEncode
+from app.egress.whep import Viewer, ViewerHub
 from app.live.adapter import AudioListener
 from app.live.core import OutputListener
 from app.media.encoder import EncoderPolicy
 from app.media.peer import PeerConfig
-from app.media.whep import Viewer, ViewerHub
 from app.server.admission import AdmissionError
 from app.server.resource_errors import NotFound
 
@@ -61,21 +62,25 @@ class Viewers:
         ended: asyncio.Event,
         audio_listeners: list[AudioListener] | None = None,
         keyframe_listeners: list[Callable[[], None]] | None = None,
+        encode: SharedEncode | None = None,
     ) -> tuple[Viewer, str]:
         """A new viewer of the output `key`, whose frames go to `listeners` (its audio, if it has some, to
-        `audio_listeners`) and which ends with `ended`. `AdmissionError` (503) when the output has its most."""
+        `audio_listeners`) and which ends with `ended`; given the output's `encode`, the viewers take its packets
+        instead, and the frame and keyframe listeners are left alone. `AdmissionError` (503) when the output has
+        its most."""
         hub = self._hubs.get(key)
         held = (len(hub.viewers()) if hub is not None else 0) + self._joining[key]
         if held >= self._max_per_output:
             raise AdmissionError(f"{key} has {held} viewers, the most one output may have")
         if hub is None:
             loop = asyncio.get_running_loop()
-            hub = self._hubs[key] = ViewerHub(key, loop, self._peer, self._encoder)
-            listeners.append(hub.offer)
+            hub = self._hubs[key] = ViewerHub(key, loop, self._peer, self._encoder, encode)
+            if encode is None:
+                listeners.append(hub.offer)
+                if keyframe_listeners is not None:
+                    keyframe_listeners.append(hub.request_keyframe)
             if audio_listeners is not None:
                 audio_listeners.append(hub.offer_audio)
-            if keyframe_listeners is not None:
-                keyframe_listeners.append(hub.request_keyframe)
             task = loop.create_task(self._close_with(key, hub, listeners, ended, audio_listeners, keyframe_listeners))
             task.set_name(f"viewers-{key}")
             self._watchers.add(task)

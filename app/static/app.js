@@ -116,9 +116,9 @@ async function loadServer() {
   const rtsp = page.server.rtsp.available ? "RTSP on" : `RTSP off (${page.server.rtsp.reason})`;
   setStatus(status, `ready · engine ${page.server.engine} · ${rtsp}`);
   const mouth = page.server.mouth_mask;
-  showMouth(mouth.default, mouth.available, mouth.reason);
+  showStage("mouth", mouth.default, mouth.available, mouth.reason);
   const hands = page.server.occlusion;
-  showOcclusion(hands.default, hands.available, hands.reason);
+  showStage("occlusion", hands.default, hands.available, hands.reason);
   updateButtons();
 }
 
@@ -303,24 +303,21 @@ function chosenOptions() {
   return options;
 }
 
-// The hands box as the server has it, before a session starts too: where the server has no occlusion stage (the
-// hand model is not imported, or SWAPCAST_OCCLUSION is off), unticked and disabled with the reason beside it.
-function showOcclusion(kept, available, reason) {
-  const box = $("occlusion-toggle");
-  box.checked = kept;
-  box.disabled = !available;
-  const note = $("occlusion-note");
-  note.textContent = available ? "" : (reason || "the server cannot keep hands in front");
-  note.hidden = available;
-}
+// What a stage's note says where the server gives no reason of its own.
+const STAGE_MISSING = {
+  occlusion: "the server cannot keep hands in front",
+  mouth: "the server cannot keep the mouth",
+};
 
-// The mouth box as the server has it; where it cannot keep the mouth, disabled with the reason beside it.
-function showMouth(kept, available, reason) {
-  const box = $("mouth-toggle");
+// A stage's box (`occlusion`: the hands, `mouth`) as the server has it, before a session starts too: where the
+// server lacks the stage (for the hands: the hand model is not imported, or SWAPCAST_OCCLUSION is off), unticked
+// and disabled with the reason beside it.
+function showStage(stage, kept, available, reason) {
+  const box = $(`${stage}-toggle`);
   box.checked = kept;
   box.disabled = !available;
-  const note = $("mouth-note");
-  note.textContent = available ? "" : (reason || "the server cannot keep the mouth");
+  const note = $(`${stage}-note`);
+  note.textContent = available ? "" : (reason || STAGE_MISSING[stage]);
   note.hidden = available;
 }
 
@@ -339,8 +336,8 @@ async function applyOptions(sessionUrl, options = chosenOptions(), announce = fa
     return;
   }
   const applied = (await response.json()).options;
-  showOcclusion(applied.occlusion, applied.occlusion_available, page.server && page.server.occlusion.reason);
-  showMouth(applied.mouth_mask, applied.mouth_mask_available, page.server && page.server.mouth_mask.reason);
+  showStage("occlusion", applied.occlusion, applied.occlusion_available, page.server && page.server.occlusion.reason);
+  showStage("mouth", applied.mouth_mask, applied.mouth_mask_available, page.server && page.server.mouth_mask.reason);
   if (announce && "occlusion" in options) {
     setStatus($("session-status"), applied.occlusion ? "hands kept in front" : "faces pasted whole");
   }

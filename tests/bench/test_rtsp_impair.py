@@ -11,8 +11,8 @@ from app.bench.impair import DOWNSTREAM, Impairment
 from app.bench.rtsp_impair import RtspImpairProxy, StreamShaper
 from app.bench.rtsp_ingest_cell import StampedSource
 from app.bench.server_bench import bench_clip
+from app.egress.rtsp import rtsp_unavailable_reason
 from app.media.rtsp_in import IngestWorker, RtspTransport
-from app.media.rtsp_out import rtsp_unavailable_reason
 from app.pipeline.types import Image
 
 UNAVAILABLE = rtsp_unavailable_reason()

@@ -6,8 +6,8 @@ import time
 
 import numpy as np
 
-from app.live.channel_feed import GAP_S, ChannelFeed, fit
-from app.live.frame import OutputFrame
+from app.live.channel_feed import GAP_S, ChannelFeed
+from app.live.frame import OutputFrame, letterbox
 from app.pipeline.types import Image
 from tests.helpers import wait_for
 
@@ -108,7 +108,7 @@ def test_a_newer_publisher_takes_over_and_the_older_one_is_not_heard() -> None:
 
 def test_frames_keep_their_shape_in_a_channel_of_another_shape() -> None:
     camera = solid(255, 640, 480)
-    fitted = fit(camera, 1280, 720)
+    fitted = letterbox(camera, 1280, 720)
     assert fitted.shape == (720, 1280, 3)
     assert fitted[:, 160:1120].min() == 255 and fitted[:, :160].max() == 0 and fitted[:, 1120:].max() == 0
 

@@ -1,6 +1,6 @@
 """Scripted losses between a video sender and a plain aiortc receiver on loopback, shared by the tests of the
 senders' recovery (a session's return, tests/media/test_sender_recovery.py; a WHEP viewer's,
-tests/media/test_whep_recovery.py)."""
+tests/egress/test_whep_recovery.py)."""
 
 import asyncio
 import struct

@@ -1,5 +1,5 @@
-"""The one encoder policy: the same settings reach the WHEP hub's PyAV codec, GStreamer's x264enc for RTSP and
-aiortc's senders."""
+"""The one encoder policy: the same settings reach the shared encodes' and the WHEP hub's PyAV codecs and aiortc's
+senders."""
 
 from fractions import Fraction
 from typing import Any
@@ -11,21 +11,9 @@ from aiortc.rtcrtpparameters import RTCRtpCodecParameters
 from app.media import encoder as encoder_module
 from app.media.encoder import X264, EncoderPolicy, LiveH264Encoder
 from app.media.hops import TimedEncoder
-from app.media.rtsp_out.feed import launch_description
 from app.settings import EncoderSettings
 
 RTP_CLOCK = Fraction(1, 90000)
-
-
-def test_x264enc_properties_follow_the_settings() -> None:
-    policy = EncoderPolicy(EncoderSettings())
-    assert policy.x264enc_properties(640, 480, 30) == (
-        "tune=zerolatency speed-preset=ultrafast bitrate=922 key-int-max=60"
-    )
-    custom = EncoderPolicy(EncoderSettings(keyframe_interval_s=1.0, shared_x264_preset="superfast", x264_tune=None))
-    assert custom.x264enc_properties(640, 480, 25, bitrate_kbps=1500) == (
-        "speed-preset=superfast bitrate=1500 key-int-max=25"
-    )
 
 
 def test_shared_rate_is_a_tenth_of_a_bit_per_pixel_inside_the_band() -> None:
@@ -54,12 +42,6 @@ def test_the_shared_pyav_codec_uses_the_shared_preset_rate_and_keyframe_interval
     assert codec.gop_size == 90
     assert abs(codec.bit_rate - 921_600) < 1000  # x264 keeps whole kbit/s
     assert codec.time_base == RTP_CLOCK
-
-
-def test_the_rtsp_launch_line_carries_the_policy() -> None:
-    properties = EncoderPolicy(EncoderSettings()).x264enc_properties(640, 480, 30)
-    line = launch_description(640, 480, 30, properties, aud_after_frame=True)
-    assert f"x264enc name=enc {properties} aud=false" in line
 
 
 def test_install_gives_aiortc_the_policy_encoder() -> None:

@@ -18,8 +18,8 @@ from aiortc.jitterbuffer import JitterFrame
 from aiortc.rtcrtpparameters import RTCRtpCodecParameters
 
 import app.media.peer  # noqa: F401  (the server's peer side: it sets up the receivers' decoders)
+from app.egress.push_sinks import MuxSink
 from app.media.padded_packets import PaddedDecoder, padded_packet
-from app.media.push_sinks import MuxSink
 from tests.media.guard_page_decode import ACCESS_UNITS, GAPS, HEADER, access_units
 
 REPO = Path(__file__).resolve().parents[2]

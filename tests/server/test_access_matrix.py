@@ -27,8 +27,8 @@ from starlette.routing import Mount, Route
 from app.auth.guard import access_rule
 from app.auth.settings import AccessSettings
 from app.bench.rtc_client import StampedTrack
+from app.egress.rtsp import rtsp_unavailable_reason
 from app.media.clips import MotionClip
-from app.media.rtsp_out import rtsp_unavailable_reason
 from app.pipeline.pipeline import FramePipeline
 from app.settings import PipelineSettings
 from tests.server.credentials import (

@@ -11,10 +11,10 @@ import httpx
 import numpy as np
 import pytest
 
-from app.bench.av_offset import pull_onsets
-from app.media.rtsp_out import rtsp_unavailable_reason
+from app.egress.rtsp import rtsp_unavailable_reason
 from app.pipeline.pipeline import FramePipeline
 from app.settings import PipelineSettings
+from tests.av_offset import pull_onsets
 from tests.server.av_clients import SlowedFactory, drain, flash_and_tone_sender, in_sync, open_session
 from tests.server.harness import server_settings, start_server, upload
 

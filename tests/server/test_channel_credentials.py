@@ -20,7 +20,7 @@ import pytest
 from app.auth.keys import KeyStore
 from app.auth.settings import AccessSettings
 from app.channels.pushes import PushStore
-from app.media.rtsp_out import rtsp_unavailable_reason
+from app.egress.rtsp import rtsp_unavailable_reason
 from app.pipeline.pipeline import FramePipeline
 from app.server.errors import CHANNEL_STORE_UNUSABLE
 from app.settings import PipelineSettings

@@ -14,8 +14,8 @@ import pytest
 from app.auth.keys import KeyStore
 from app.auth.scopes import SESSIONS
 from app.auth.settings import AccessSettings
+from app.egress.rtsp import rtsp_unavailable_reason
 from app.media.rtsp_in import LIVE_OPTIONS
-from app.media.rtsp_out import rtsp_unavailable_reason
 from app.pipeline.pipeline import FramePipeline
 from app.settings import PipelineSettings
 from tests.helpers import wait_for, wait_for_async

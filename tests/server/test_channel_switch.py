@@ -13,8 +13,8 @@ import httpx
 import pytest
 
 from app.bench.rtc_client import RtcClient
+from app.egress.rtsp import rtsp_unavailable_reason
 from app.media.clips import MotionClip
-from app.media.rtsp_out import rtsp_unavailable_reason
 from app.pipeline.pipeline import FramePipeline
 from app.settings import PipelineSettings
 from tests.helpers import wait_for_async

@@ -12,9 +12,9 @@ import pytest
 from aiortc import RTCConfiguration, RTCPeerConnection
 
 from app.bench.rtc_client import RtcClient
+from app.egress.whep import Viewer
 from app.media.clips import MotionClip
 from app.media.peer import OfferError
-from app.media.whep import Viewer
 from tests.helpers import wait_for
 from tests.server.harness import RunningServer, upload
 from tests.server.whep_client import WhepReceiver

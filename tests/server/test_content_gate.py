@@ -17,8 +17,8 @@ from app.auth.settings import AccessSettings
 from app.bench.rtc_client import RtcClient
 from app.content.live import STOP_REASON
 from app.content.settings import ContentSettings
+from app.egress.rtsp import rtsp_unavailable_reason
 from app.media.clips import MotionClip, load_sample
-from app.media.rtsp_out import rtsp_unavailable_reason
 from app.pipeline.pipeline import FramePipeline
 from app.server.app import create_app
 from app.settings import PipelineSettings

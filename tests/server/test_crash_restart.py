@@ -24,9 +24,9 @@ import numpy as np
 import pytest
 
 from app.auth.keys import KeyStore
+from app.egress.rtsp import rtsp_unavailable_reason
 from app.media.clips import MotionClip
 from app.media.rtsp_in import LIVE_OPTIONS
-from app.media.rtsp_out import rtsp_unavailable_reason
 from app.model_store import ModelStore
 from tests.helpers import ServeProcess, wait_for
 from tests.server.channel_clients import Seen, banded, what_it_shows

@@ -16,8 +16,8 @@ import pytest
 
 from app.auth.settings import AccessSettings
 from app.bench.rtc_client import RtcClient, read_stamp, stamp
+from app.egress.rtsp import rtsp_unavailable_reason
 from app.media.clips import MotionClip, load_sample, write_clip
-from app.media.rtsp_out import rtsp_unavailable_reason
 from app.pipeline.cover import pixelate
 from app.pipeline.detect import RetinaFaceDetector
 from app.pipeline.pipeline import FramePipeline

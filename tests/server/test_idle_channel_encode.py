@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from app.media.push_sinks import srt_unavailable_reason
+from app.egress.push_sinks import srt_unavailable_reason
 from app.pipeline.pipeline import FramePipeline
 from app.server.channels import Channel
 from app.settings import PipelineSettings

@@ -14,7 +14,7 @@ import httpx
 import numpy as np
 import pytest
 
-from app.media.rtsp_out import RtspServer, rtsp_unavailable_reason
+from app.egress.rtsp import RtspServer, rtsp_unavailable_reason
 from app.pipeline.pipeline import FramePipeline
 from app.pipeline.types import Image
 from app.server.ingest_policy import IngestPolicy, SourceRefused, coarse_error, redact_credentials, refuse_redirects

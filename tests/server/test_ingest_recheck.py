@@ -12,8 +12,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from app.egress.rtsp import rtsp_unavailable_reason
 from app.media.rtsp_in import IngestWorker, SourceForbidden
-from app.media.rtsp_out import rtsp_unavailable_reason
 from app.pipeline.pipeline import FramePipeline
 from app.pipeline.types import Image
 from app.server.ingest_policy import HostUnresolved, IngestPolicy, SourceRefused

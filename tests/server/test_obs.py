@@ -12,10 +12,10 @@ from pathlib import Path
 import httpx
 import pytest
 
+from app.egress.push_sinks import srt_unavailable_reason
+from app.egress.rtsp import rtsp_unavailable_reason
+from app.egress.srt import unavailable_reason as srt_out_unavailable_reason
 from app.media.clips import MotionClip
-from app.media.push_sinks import srt_unavailable_reason
-from app.media.rtsp_out import rtsp_unavailable_reason
-from app.media.srt_out import unavailable_reason as srt_out_unavailable_reason
 from app.pipeline.pipeline import FramePipeline
 from app.settings import PipelineSettings
 from tests.helpers import wait_for

@@ -9,7 +9,7 @@ import httpx
 import pytest
 
 from app.auth.settings import AccessSettings
-from app.media.rtsp_out import rtsp_unavailable_reason
+from app.egress.rtsp import rtsp_unavailable_reason
 from app.pipeline.pipeline import FramePipeline
 from app.settings import PipelineSettings
 from tests.server.credentials import bearer, make_credentials

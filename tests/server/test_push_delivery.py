@@ -17,9 +17,9 @@ import numpy as np
 import pytest
 
 from app.bench.rtc_client import RtcClient
+from app.egress.push_sinks import srt_unavailable_reason
 from app.live.channel_feed import default_slate
 from app.media.clips import MotionClip
-from app.media.push_sinks import srt_unavailable_reason
 from app.pipeline.pipeline import FramePipeline
 from app.settings import PipelineSettings
 from tests.helpers import wait_for

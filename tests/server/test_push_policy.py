@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from app.media.push_errors import SHOWN
+from app.egress.push_errors import SHOWN
 from app.pipeline.pipeline import FramePipeline
 from app.settings import PipelineSettings
 from tests.helpers import wait_for
@@ -224,7 +224,7 @@ def test_a_push_tells_its_owner_a_few_classes_of_failure_and_the_log_the_details
 ) -> None:
     """A closed port, a silent one, one that hangs up, and a WHIP endpoint answering 403 or 404: the owner sees
     "cannot connect", "did not answer in time" and "refused" (403 and 404 alike); the log tells them apart."""
-    caplog.set_level(logging.WARNING, logger="app.media.push")
+    caplog.set_level(logging.WARNING, logger="app.egress.push")
     closed = socket.create_server(("127.0.0.1", 0))
     closed_port = closed.getsockname()[1]
     closed.close()

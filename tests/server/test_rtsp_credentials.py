@@ -17,8 +17,8 @@ import pytest
 
 from app.auth.settings import AccessSettings
 from app.bench.rtc_client import RtcClient
+from app.egress.rtsp import rtsp_unavailable_reason
 from app.media.clips import MotionClip
-from app.media.rtsp_out import rtsp_unavailable_reason
 from app.pipeline.pipeline import FramePipeline
 from app.settings import PipelineSettings
 from tests.server.credentials import bearer, make_credentials

@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 
 from app.bench.rtc_client import RtcClient, read_stamp, stamp
+from app.egress.rtsp import rtsp_unavailable_reason
 from app.media.clips import MotionClip, write_clip
 from app.media.rtsp_in import LIVE_OPTIONS
-from app.media.rtsp_out import rtsp_unavailable_reason
 from app.pipeline.pipeline import FramePipeline
 from app.pipeline.types import Image
 from app.settings import PipelineSettings

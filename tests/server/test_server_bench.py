@@ -10,8 +10,8 @@ from app.bench.rtsp_ingest_cell import compare_to_sessions
 from app.bench.server_bench import ServerBenchConfig, compare, run_server_bench
 from app.cli import main
 from app.commands import bench_server
+from app.egress.rtsp import rtsp_unavailable_reason
 from app.errors import UserError
-from app.media.rtsp_out import rtsp_unavailable_reason
 from engines.store import ModelStore
 
 UNAVAILABLE = rtsp_unavailable_reason()
@@ -156,7 +156,7 @@ def test_bench_server_refuses_bad_arguments_while_parsing(
 def test_bench_server_refuses_bad_arguments(argv: list[str], message: str) -> None:
     parser = argparse.ArgumentParser()
     bench_server.register(parser.add_subparsers())
-    args = parser.parse_args(["bench-server", *argv])
+    args = parser.parse_args(["server", *argv])
     with pytest.raises(UserError, match=message):
         args.func(args)
 
@@ -164,7 +164,7 @@ def test_bench_server_refuses_bad_arguments(argv: list[str], message: str) -> No
 def test_mesh_the_engine_users_get_is_benchmarked_by_default() -> None:
     parser = argparse.ArgumentParser()
     bench_server.register(parser.add_subparsers())
-    assert parser.parse_args(["bench-server"]).engines == ("passthrough", "classic", "mesh")
+    assert parser.parse_args(["server"]).engines == ("passthrough", "classic", "mesh")
     assert ServerBenchConfig().engines == ("passthrough", "classic", "mesh")
 
 

@@ -49,8 +49,8 @@ def test_growth_is_a_least_squares_slope_per_hour_over_its_window() -> None:
 
 
 def test_errors_are_found_in_the_server_log() -> None:
-    log = "INFO:x:fine\nERROR:app.media.whep:viewer 1: did not close\nTraceback (most recent call last):\n  x\n"
-    assert log_errors(log) == ["ERROR:app.media.whep:viewer 1: did not close", "Traceback (most recent call last):"]
+    log = "INFO:x:fine\nERROR:app.egress.whep:viewer 1: did not close\nTraceback (most recent call last):\n  x\n"
+    assert log_errors(log) == ["ERROR:app.egress.whep:viewer 1: did not close", "Traceback (most recent call last):"]
     assert log_errors("WARNING:x:an ERROR in the middle\n") == []
 
 

@@ -13,8 +13,8 @@ import pytest
 
 from app.bench.rtc_client import RtcClient
 from app.cli import main
+from app.egress.rtsp import rtsp_unavailable_reason
 from app.media.clips import MotionClip, write_clip
-from app.media.rtsp_out import rtsp_unavailable_reason
 from app.pipeline.pipeline import FramePipeline
 from app.provenance.detect import detect_windows
 from app.provenance.service import Provenance

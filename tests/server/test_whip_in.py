@@ -17,8 +17,8 @@ import pytest
 from app.auth.keys import KeyStore
 from app.auth.settings import AccessSettings
 from app.bench.rtc_client import stamp
+from app.egress.rtsp import rtsp_unavailable_reason
 from app.media.clips import MotionClip
-from app.media.rtsp_out import rtsp_unavailable_reason
 from app.pipeline.pipeline import FramePipeline
 from app.pipeline.types import Image
 from app.settings import PipelineSettings

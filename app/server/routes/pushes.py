@@ -8,7 +8,7 @@ from fastapi import APIRouter, Path, Request, Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from app.auth.guard import AccessDep, SessionsUser, client_address
-from app.media.push_destination import URL_MAX, Destination
+from app.egress.push_destination import URL_MAX, Destination
 from app.server.deps import StateDep
 from app.server.pushes import PushManager
 from app.server.routes.channels import ChannelName, owned
@@ -63,7 +63,7 @@ async def add_push(
         mode=body.mode,
         latency_ms=body.latency_ms,
     )
-    # The destination policy, before anything connects: 422 with the reason (app.media.push_policy).
+    # The destination policy, before anything connects: 422 with the reason (app.egress.push_policy).
     destination = await state.run_control(state.push_policy.check, destination)
     push = await state.run_control(manager(state).add, channel, principal.id, destination, principal.credential)
     response.headers["Location"] = f"/v1/channels/{channel.id}/pushes/{push['id']}"

@@ -2,7 +2,8 @@
 WebRTC.
 
 201 with the SDP answer and `Location` (the viewer's resource); `DELETE` there stops it; `GET` on the
-endpoint lists the viewers. Every viewer of an output shares one encode (`app.media.whep`). Access is the
+endpoint lists the viewers. Every viewer of an output shares one encode (`app.egress.whep`), a channel's viewers
+the channel's own. Access is the
 output's own: the `sessions` or `streams` scope and only the owner's outputs (admin: all), or a viewer token
 minted for that output (`POST .../viewer-tokens`), which may open viewers and close the ones it opened, nothing
 else. Each viewer records the credential that opened it: revoking that credential ends the viewer."""
@@ -14,7 +15,7 @@ from fastapi import APIRouter, HTTPException, Path, Request, Response
 from app.auth.access import Access
 from app.auth.guard import AccessDep, client_address
 from app.auth.principal import Principal
-from app.media.whep import Viewer
+from app.egress.whep import Viewer
 from app.server.deps import StateDep
 from app.server.limits import media_type, read_capped
 from app.server.outputs import WATCHED_KINDS, OutputKind
@@ -64,7 +65,13 @@ def add_routes(kind: OutputKind) -> None:
         offer = await read_offer(request, state)
         key = kind.key(output.id)
         viewer, answer = await state.viewers.add(
-            key, offer, output.output_listeners, output.ended, output.audio_listeners, output.keyframe_listeners
+            key,
+            offer,
+            output.output_listeners,
+            output.ended,
+            output.audio_listeners,
+            output.keyframe_listeners,
+            output.encode,  # a channel's: its viewers take its packets
         )
         access.owners.set(viewer, principal)  # revoking the credential that opened it ends it
         location = f"/v1/{kind.plural}/{output.id}/whep/{viewer.id}"
@@ -75,7 +82,9 @@ def add_routes(kind: OutputKind) -> None:
         hub = state.viewers.hub(kind.key(kind.watched(state, output_id, principal, access).id))
         return {
             "viewers": [v.stats() for v in hub.viewers()] if hub is not None else [],
+            # Encoded by the viewers' own encode (a channel's, or a session's or stream's path, counts its own).
             "frames_encoded": hub.frames_encoded if hub is not None else 0,
+            "frames_sent": hub.frames_sent if hub is not None else 0,
         }
 
     @router.delete(kind.path("/whep/{viewer_id}"), name=f"stop_{kind.singular}_viewer")

@@ -2,11 +2,16 @@
 
 A `swapcast serve` process (its own, as users run it, RTSP and SRT on, pushes allowed to loopback) gets one
 WebRTC publisher into a channel: 640x480 at 25 fps of a moving clip of a real face, sent from this process.
-Two cells per engine:
+Three cells per engine:
 
 - `none`: the publisher alone (the session's swap and its return to the publisher);
-- `readers`: the same plus an RTSP consumer (FFmpeg over TCP), an SRT caller (FFmpeg), a WHEP viewer (aiortc)
-  and two RTMP pushes to a local nginx. Every client is a process of its own, never a child of the server.
+- `readers`: the same plus an RTSP consumer (FFmpeg over TCP), an SRT caller (FFmpeg) and two RTMP pushes to a
+  local nginx: what the channel's egress costs beside the swap (`readers_over_none`);
+- `viewer`: `readers` and a WHEP viewer (aiortc), whose sender packetises and encrypts every packet in Python:
+  the cell that counts the encodes a published frame meets with every kind of reader attached.
+
+Every client is a process of its own, never a child of the server; the FFmpeg readers copy the stream to nothing
+(a player's decoding is its own cost, and on a small machine it would only take CPU from the server measured).
 
 Over `seconds` after `warmup_s` the server's CPU is read from /proc: the serve process and all its descendants
 (`app.bench.proc_cpu`), as cores (CPU seconds / wall seconds). With `baseline`, a checkout of that commit
@@ -44,7 +49,7 @@ from app.processes import wait_or_kill
 
 REPO = Path(__file__).resolve().parents[2]
 CHANNEL = "egress"
-CELLS = ("none", "readers")
+CELLS = ("none", "readers", "viewer")
 CURRENT = "current"
 
 
@@ -198,7 +203,7 @@ async def _add_push(http: httpx.AsyncClient, url: str) -> str:
 
 
 async def _start_readers(
-    http: httpx.AsyncClient, server: Server, nginx: NginxRtmp, tag: str, work: Path, pushes: int
+    http: httpx.AsyncClient, server: Server, nginx: NginxRtmp, tag: str, work: Path, pushes: int, viewer: bool
 ) -> tuple[list[Client], list[str]]:
     channel = (await http.get(f"/v1/channels/{CHANNEL}")).json()
     readers = [
@@ -208,7 +213,8 @@ async def _start_readers(
     whep = server.base_url + channel.get("whep_url", f"/v1/channels/{CHANNEL}/whep")
     if channel.get("viewer_token"):
         whep += f"?token={channel['viewer_token']}"
-    readers.append(whep_viewer(whep, work / f"{tag}-whep.log"))
+    if viewer:
+        readers.append(whep_viewer(whep, work / f"{tag}-whep.log"))
     return readers, [await _add_push(http, nginx.url(f"{tag}-{n}")) for n in range(pushes)]
 
 
@@ -242,9 +248,11 @@ async def run_cell(
         try:
             await publisher.connect(http, f"/v1/sessions?identity={server.identity}&channel={CHANNEL}")
             session = publisher.location
-            if cell == "readers":
+            if cell != "none":
                 assert nginx is not None
-                readers, pushes = await _start_readers(http, server, nginx, tag, work, config.pushes)
+                readers, pushes = await _start_readers(
+                    http, server, nginx, tag, work, config.pushes, viewer=cell == "viewer"
+                )
                 connected = await wait_connected(http, readers, config.connect_timeout_s)
             await asyncio.sleep(config.warmup_s)
             before = await snapshot(http, session)
@@ -320,6 +328,9 @@ def summarise(cells: list[dict[str, Any]], labels: list[str], engines: tuple[str
                 "published_fps": fps,
                 "cpu_ms_per_frame": per_frame,
                 "readers_over_none": _ratio(cores["readers"], cores["none"]),
+                # The same per published frame: where the machine cannot keep up with every reader, fewer frames
+                # are published, and the cores alone understate what the readers cost.
+                "readers_over_none_per_frame": _ratio(per_frame["readers"], per_frame["none"]),
                 "encodes_per_frame": {cell: (c or {}).get("encodes_per_frame") for cell, c in last.items()},
             }
         if len(labels) == 2:

@@ -92,17 +92,18 @@ def test_the_engine_option_takes_both_or_a_repeated_name() -> None:
 
 @pytest.mark.slow
 @pytest.mark.skipif(readers_unavailable() is not None, reason=f"readers cannot run here: {readers_unavailable()}")
-def test_a_short_run_measures_both_cells_on_a_real_server(tmp_path: Path) -> None:
+def test_a_short_run_measures_every_cell_on_a_real_server(tmp_path: Path) -> None:
     from app.bench.egress_cost import EgressConfig, run_egress_bench
 
     config = EgressConfig(seconds=2.0, warmup_s=1.0, rounds=1, engines=("passthrough",))
     report = run_egress_bench(config, say=lambda text: None)
     cells = report["cells"]
-    assert [(c["engine"], c["cell"]) for c in cells] == [("passthrough", "none"), ("passthrough", "readers")]
+    assert [c["cell"] for c in cells] == ["none", "readers", "viewer"]
     for cell in cells:
         assert cell["cores"] > 0 and cell["frames_published"] > 0 and cell["readers_down"] == []
-    readers = cells[1]
-    assert readers["not_connected"] == [] and [p["state"] for p in readers["pushes"]] == ["live", "live"]
+    for readers in cells[1:]:
+        assert readers["not_connected"] == [] and [p["state"] for p in readers["pushes"]] == ["live", "live"]
     summary = report["summary"]["passthrough"]["current"]
-    assert set(summary["cores"]) == {"none", "readers"} and summary["readers_over_none"] is not None
-    assert "channel_whep_hub" in summary["encodes_per_frame"]["readers"]
+    assert set(summary["cores"]) == {"none", "readers", "viewer"} and summary["readers_over_none"] is not None
+    # This server counts every encode in one metric: the return's and the channel's, whatever reads them.
+    assert 1.5 <= summary["encodes_per_frame"]["viewer"]["total_from_metric"] <= 2.2, summary

@@ -31,6 +31,7 @@ class AppsrcFeeder(Generic[T]):
         self._gst = gst
         self._cond = threading.Condition()
         self._appsrc: Any = None
+        self._playing: Any = None  # the last appsrc seen playing (asking GStreamer again for each item costs)
         self._closed = False
         self._thread = threading.Thread(target=self._feed, name=thread_name, daemon=True)
 
@@ -60,9 +61,11 @@ class AppsrcFeeder(Generic[T]):
     def _wait_playing(self, appsrc: Any) -> bool:
         """Wait (briefly) until the media's pipeline plays; False if it does not, or is replaced.
 
-        A buffer pushed while the pipeline is still starting can reach the encoder without a
-        timestamp, and the stream then stalls: the RTP sink waits for a running time 1000 hours
-        ahead (x264enc's offset for negative DTS)."""
+        A buffer pushed while the pipeline is still starting can reach the payloader without a
+        timestamp, and the stream then stalls: the RTP sink waits for a running time far ahead. Once a media's
+        appsrc was seen playing it is not asked again: it plays until it is replaced."""
+        if appsrc is self._playing:
+            return True
         playing = self._gst.Gst.State.PLAYING
         deadline = time.monotonic() + START_TIMEOUT_S
         while appsrc.get_state(0)[1] != playing:
@@ -70,4 +73,5 @@ class AppsrcFeeder(Generic[T]):
                 if self._closed or self._appsrc is not appsrc or time.monotonic() > deadline:
                     return False
                 self._cond.wait(0.005)
+        self._playing = appsrc
         return True

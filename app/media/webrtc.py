@@ -414,10 +414,8 @@ class Session(LiveOutput):
         deadline = self._config.connect_timeout_s if ice else self._config.peer.ice_timeout_s
         return max(0.0, deadline - elapsed) + WATCHDOG_PERIOD_S
 
-    @property
-    def encode(self) -> SharedEncode | None:
-        """The session's own RTSP path's encode once its first frame opened it: its WHEP viewers read it too
-        (before that, or without RTSP, a viewer hub encodes for itself)."""
+    def _path_encode(self) -> SharedEncode | None:
+        """The session's own RTSP path's encode, once its first frame opened it."""
         encode: SharedEncode | None = getattr(self._publisher, "encode", None)
         return encode
 
@@ -440,7 +438,7 @@ class Session(LiveOutput):
             # and WHEP viewers; a channel it publishes into has its own, in the channel's figures).
             "egress": {
                 "return_frames_encoded": self.return_frames_encoded,
-                "encode": self.encode.stats() if self.encode is not None else None,
+                "encode": encode.stats() if (encode := self._path_encode()) is not None else None,
             },
         }
 

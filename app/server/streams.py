@@ -189,9 +189,8 @@ class Stream(LiveOutput):
         gate = self.core.content
         return gate.stopped if gate is not None else None
 
-    @property
-    def encode(self) -> SharedEncode | None:
-        """The stream's own path's encode once its first frame opened it: its WHEP viewers read it too."""
+    def _path_encode(self) -> SharedEncode | None:
+        """The stream's own RTSP path's encode, once its first frame opened it."""
         return self.publisher.encode if self.publisher is not None else None
 
     def stats(self) -> dict[str, Any]:
@@ -215,7 +214,7 @@ class Stream(LiveOutput):
             "rtsp_url": self.rtsp_url,
             "channel": self.channel,
             "stats": {k: v for k, v in worker_stats.items() if isinstance(v, int | float | str | None)},
-            "egress": {"encode": self.encode.stats() if self.encode is not None else None},
+            "egress": {"encode": encode.stats() if (encode := self._path_encode()) is not None else None},
         }
 
 

@@ -13,7 +13,6 @@ from collections.abc import Callable
 
 from app.egress.srt import SrtListener, unavailable_reason
 from app.egress.srt.encode import Feed
-from app.media.encoder import EncoderPolicy
 
 log = logging.getLogger(__name__)
 
@@ -27,12 +26,10 @@ class SrtOutput:
         port: int | None,
         host: str,
         public_host: str,
-        encoder: EncoderPolicy,
         on_refused: Refused | None = None,
     ) -> None:
         """`on_refused(address, stream id, reason)` hears each refused caller (never its passphrase)."""
         self._port, self._host, self.public_host = port, host, public_host
-        self._encoder = encoder
         self._on_refused = on_refused
         self._listener: SrtListener | None = None
         self.reason: str | None = "off (SWAPCAST_SRT_PORT is not set)" if port is None else None
@@ -50,7 +47,7 @@ class SrtOutput:
             self.reason = missing
             log.warning("SRT output is off: %s", missing)
             return
-        listener = SrtListener(self._port, self._host, self._encoder, on_refused=self._on_refused)
+        listener = SrtListener(self._port, self._host, on_refused=self._on_refused)
         try:
             listener.start()
         except Exception as exc:  # the port is taken, or the address is not this machine's

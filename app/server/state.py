@@ -182,7 +182,6 @@ class ServerState:
             port=settings.srt_port,
             host=settings.host,
             public_host=settings.url_host(),
-            encoder=self.encoder,
             on_refused=self._srt_refused,
         )
         self.cache: IdentityCache[PreparedSource] = IdentityCache(

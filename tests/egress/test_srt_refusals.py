@@ -10,8 +10,6 @@ import pytest
 
 from app.egress.srt import lib, listener
 from app.egress.srt.listener import REFUSALS_SHOWN, SrtListener
-from app.media.encoder import EncoderPolicy
-from app.settings import EncoderSettings
 from tests.helpers import wait_for
 
 UNAVAILABLE = lib.unavailable_reason()
@@ -39,7 +37,7 @@ def test_a_storm_of_refused_callers_is_logged_a_few_times_and_counted(
     monkeypatch.setattr(listener, "REFUSAL_WINDOW_S", 8.0)
     caplog.set_level(logging.WARNING, logger="app.egress.srt.listener")
     audited: list[tuple[str, str, str]] = []
-    srt_out = SrtListener(0, "127.0.0.1", EncoderPolicy(EncoderSettings()), on_refused=lambda *e: audited.append(e))
+    srt_out = SrtListener(0, "127.0.0.1", on_refused=lambda *e: audited.append(e))
     srt_out.start()
     srt = lib.load()
     socks = []

@@ -23,10 +23,9 @@ import pytest
 from app.auth.keys import KeyStore
 from app.auth.settings import AccessSettings
 from app.egress.srt import channel_of, unavailable_reason
-from app.media.encoder import EncoderPolicy
 from app.pipeline.pipeline import FramePipeline
 from app.server.srt import SrtOutput
-from app.settings import EncoderSettings, PipelineSettings
+from app.settings import PipelineSettings
 from tests.helpers import wait_for
 from tests.server.credentials import USER_SCOPES, bearer
 from tests.server.harness import RunningServer, server_settings, start_server
@@ -122,7 +121,7 @@ def test_stream_ids_name_a_channel_plainly_or_in_srts_access_control_form() -> N
 
 
 def test_without_a_port_there_is_no_srt_output() -> None:
-    output = SrtOutput(port=None, host="127.0.0.1", public_host="127.0.0.1", encoder=EncoderPolicy(EncoderSettings()))
+    output = SrtOutput(port=None, host="127.0.0.1", public_host="127.0.0.1")
     output.start()
     assert not output.available and output.reason is not None and "SWAPCAST_SRT_PORT" in output.reason
 

@@ -31,7 +31,6 @@ from dataclasses import dataclass
 from app.egress.srt import lib
 from app.egress.srt.encode import ChannelEncode, Feed
 from app.egress.srt.fanout import Fanout
-from app.media.encoder import EncoderPolicy
 
 log = logging.getLogger(__name__)
 
@@ -92,9 +91,8 @@ class _Pending:
 
 
 class SrtListener:
-    def __init__(self, port: int, host: str, policy: EncoderPolicy, *, on_refused: Refused | None = None) -> None:
+    def __init__(self, port: int, host: str, *, on_refused: Refused | None = None) -> None:
         self._requested = (host, port)
-        self._policy = policy
         self._on_refused = on_refused
         self._lock = threading.Lock()
         self._channels: dict[str, _Channel] = {}

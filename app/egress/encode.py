@@ -54,6 +54,8 @@ VIDEO = "h264"
 MICROSECONDS = 1_000_000
 # How far ahead of its time a frame may be stamped (its own slot taken by the one before) before it is dropped.
 AHEAD_MAX_SLOTS = 2.0
+# Slots whose hand-over instants are kept for an encoder that returns frames late (NVENC's lookahead is shorter).
+HANDED_KEPT = 32
 WAIT_S = 0.5  # how often a thread without frames looks whether its readers are gone
 RETRY_S = 1.0
 
@@ -68,6 +70,9 @@ class EncodedPacket:
     pts_us: int  # on the encode's own clock, the same for video and sound
     keyframe: bool
     dropped: int = 0  # video: the channel's frames replaced by a newer one before this one was encoded
+    # Video: the `time.monotonic()` instant the output handed the frame over, before it waited to be encoded: what
+    # a reader that times the picture by the wall clock stamps it with (the sound is timed by when it is due).
+    handed_at: float | None = None
     audio_dropped_s: float = 0.0  # sound: what was dropped before this packet (the encode fell behind)
 
     @property
@@ -106,7 +111,8 @@ class SharedEncode:
         self._cond = threading.Condition()
         self._readers: list[Reader] = []
         self._thread: threading.Thread | None = None
-        self._frames: Mailbox[OutputFrame] = Mailbox(cond=self._cond)  # the newest frame, not yet encoded
+        # The newest frame, not yet encoded, with the instant it was handed over.
+        self._frames: Mailbox[tuple[OutputFrame, float]] = Mailbox(cond=self._cond)
         self._dropped_told = 0  # frames dropped up to the last packet that said how many
         self._keyframes_asked = 0  # requests so far; those up to `_keyframes_served` had a keyframe after them
         self._keyframes_served = 0
@@ -115,6 +121,7 @@ class SharedEncode:
         self._audio_dropped = 0.0
         self.frames_encoded = 0  # video frames encoded so far (none while nothing is attached)
         self.reader_errors = 0  # readers detached because their `packet` raised
+        self._handed: dict[int, float] = {}  # slot -> when its frame was handed over (the encode's thread)
         self.runs = 0  # times the encoder was opened (a reader came after none, or a codec failed)
         # What makes frames come at the full rate for a while (the path's feed: `probe`); None: nothing does.
         self.on_probe: Callable[[int], None] | None = None
@@ -125,7 +132,7 @@ class SharedEncode:
         with self._cond:
             if not self._readers:
                 return  # nothing is encoded without a reader: the frame is not even kept
-            self._frames.put(frame)
+            self._frames.put((frame, time.monotonic()))
 
     def audio(self, frame: av.AudioFrame, due: float) -> None:
         seconds = frame.samples / (frame.sample_rate or AUDIO_RATE)
@@ -212,8 +219,8 @@ class SharedEncode:
                 if self._readers:  # attached while this run was ending: a new run serves them
                     self._start()
 
-    def _next(self) -> OutputFrame | None:
-        """Wait for the next frame; None once no reader is left."""
+    def _next(self) -> tuple[OutputFrame, float] | None:
+        """Wait for the next frame and when it was handed over; None once no reader is left."""
         with self._cond:
             while self._readers and not self._frames.has_item:
                 self._cond.wait(WAIT_S)
@@ -242,10 +249,12 @@ class SharedEncode:
         # The encoder's own interval counts frames, which a slow producer stretches: one is forced by the clock too.
         max_keyframe_s = self._policy.keyframe_interval_s
         last_keyframe = -math.inf  # monotonic
+        self._handed.clear()
         with self._cond:
             self._audio.clear()
             self._audio_queued = 0.0
-        while (frame := self._next()) is not None:
+        while (item := self._next()) is not None:
+            frame, handed_at = item
             now = time.monotonic()
             exact = (now - start) / interval  # slots are centred on multiples of the interval
             slot = max(tick + 1, math.floor(exact + 0.5))
@@ -257,7 +266,7 @@ class SharedEncode:
             wanted = asked > self._keyframes_served
             since = now - last_keyframe
             forced = (wanted and since >= min_keyframe_s) or since >= max_keyframe_s
-            packets = self._video(video, self._planes(frame), tick, forced, dropped)
+            packets = self._video(video, self._planes(frame), tick, forced, dropped, handed_at)
             self.frames_encoded += 1
             if self._frames_metric is not None:
                 self._frames_metric.inc()
@@ -287,12 +296,19 @@ class SharedEncode:
                 log.exception("shared encode %s: a reader failed and was detached", self._name)
 
     def _video(
-        self, codec: VideoCodecContext, planes: Planes, tick: int, keyframe: bool, dropped: int
+        self, codec: VideoCodecContext, planes: Planes, tick: int, keyframe: bool, dropped: int, handed_at: float
     ) -> list[EncodedPacket]:
         frame = av.VideoFrame.from_numpy_buffer(planes, format="yuv420p")
         frame.pts, frame.time_base = tick, fractions.Fraction(1, self.fps)
         frame.pict_type = av.video.frame.PictureType.I if keyframe else av.video.frame.PictureType.NONE
-        return [EncodedPacket(VIDEO, bytes(p), _us(p), p.is_keyframe, dropped=dropped) for p in codec.encode(frame)]
+        self._handed[tick] = handed_at
+        packets = []
+        for p in codec.encode(frame):  # an encoder with a delay returns an earlier frame: found by its slot
+            at = self._handed.pop(p.pts, handed_at) if p.pts is not None else handed_at
+            packets.append(EncodedPacket(VIDEO, bytes(p), _us(p), p.is_keyframe, dropped=dropped, handed_at=at))
+        for old in [t for t in self._handed if t < tick - HANDED_KEPT]:
+            del self._handed[old]
+        return packets
 
     def _planes(self, frame: OutputFrame) -> Planes:
         """The I420 planes at the rendition's size: a frame of that size gives its own (converted once for every

@@ -42,7 +42,7 @@ import av
 from av.video.codeccontext import VideoCodecContext
 
 from app.egress.encode import EncodedPacket, SharedEncode
-from app.egress.whep_audio import EncodedAudioTrack, SharedOpusEncoder
+from app.egress.whep_audio import EncodedAudioTrack, PictureDelay, SharedOpusEncoder
 from app.live.frame import OutputFrame
 from app.media.encoder import LOSS_KEYFRAME_WHILE_S, EncoderPolicy
 from app.media.ice_bounds import BoundedIce
@@ -74,16 +74,26 @@ CONNECT_TIMEOUT_S = 20.0
 
 
 class EncodedVideoTrack(PacketTrack):
-    """One viewer's video: the hub's encoded frames, in order, from a keyframe on."""
+    """One viewer's video: the hub's encoded frames, in order, from a keyframe on. `sent_after` is told, as each
+    leaves for the viewer's sender, how long after its hand-over by the output it does."""
 
     kind = "video"
 
-    def __init__(self, request_keyframe: Callable[[], None]) -> None:
+    def __init__(self, request_keyframe: Callable[[], None], sent_after: Callable[[float], None]) -> None:
         super().__init__()
         self._request_keyframe = request_keyframe
+        self._sent_after = sent_after
+        self._handed: dict[int, float] = {}  # id of a queued packet -> when its frame was handed over
         self._synced = False  # a keyframe was queued since the last gap
 
-    def deliver(self, packet: av.Packet, keyframe: bool) -> None:
+    async def recv(self) -> av.Packet:
+        packet = await super().recv()
+        handed_at = self._handed.pop(id(packet), None)
+        if handed_at is not None:
+            self._sent_after(time.monotonic() - handed_at)
+        return packet
+
+    def deliver(self, packet: av.Packet, keyframe: bool, handed_at: float | None = None) -> None:
         """On the event loop: queue `packet`, or drop it until the next keyframe when behind."""
         if self.readyState != "live":
             return
@@ -96,9 +106,12 @@ class EncodedVideoTrack(PacketTrack):
             self.packets_dropped += self._queue.qsize() + 1
             while not self._queue.empty():
                 self._queue.get_nowait()
+            self._handed.clear()
             self._synced = False
             self._request_keyframe()
             return
+        if handed_at is not None:
+            self._handed[id(packet)] = handed_at
         self._queue.put_nowait(packet)
 
 
@@ -108,7 +121,7 @@ class Viewer:
     def __init__(self, hub: ViewerHub, peer: PeerConfig) -> None:
         self.id = secrets.token_hex(16)
         self.hub = hub
-        self.track = EncodedVideoTrack(hub.request_keyframe)
+        self.track = EncodedVideoTrack(hub.request_keyframe, hub.picture_took)
         self.audio: EncodedAudioTrack | None = None  # when the offer takes audio
         self.peer = peer
         self.pc = peer_connection(peer.ice_servers)
@@ -164,9 +177,10 @@ class Viewer:
     def _keyframes_under_loss(self, interval_s: float | None) -> None:
         self._loss_keyframe_interval_s = interval_s
 
-    def deliver(self, packet: av.Packet, keyframe: bool) -> None:
-        """On the event loop: the shared encode's next frame; for a viewer that cannot ask for lost packets and
-        reports loss, a keyframe asked for once `LOSS_KEYFRAME_INTERVAL_S` passed without one."""
+    def deliver(self, packet: av.Packet, keyframe: bool, handed_at: float | None = None) -> None:
+        """On the event loop: the shared encode's next frame (handed over by the output at `handed_at`); for a
+        viewer that cannot ask for lost packets and reports loss, a keyframe asked for once
+        `LOSS_KEYFRAME_INTERVAL_S` passed without one."""
         now = time.monotonic()
         if keyframe:
             self._loss_keyframe_at = now
@@ -174,7 +188,7 @@ class Viewer:
             self._loss_keyframe_at = now
             self.keyframes_for_loss += 1
             self.hub.request_keyframe()
-        self.track.deliver(packet, keyframe)
+        self.track.deliver(packet, keyframe, handed_at)
 
     def _loss_keyframe_due(self, now: float) -> bool:
         interval = self._loss_keyframe_interval_s
@@ -252,8 +266,10 @@ class ViewerHub:
         self._peer = peer or PeerConfig()
         self._viewers: dict[str, Viewer] = {}
         self.audio = SharedOpusEncoder()  # fed on the event loop by the output's audio (`offer_audio`)
+        self._audio_delay = PictureDelay(loop, self.audio.offer)  # as late as the picture reaches the viewers
         self._cond = threading.Condition()
-        self._frames: Mailbox[OutputFrame] = Mailbox(cond=self._cond)
+        # The newest frame, not yet encoded, with the instant it was offered.
+        self._frames: Mailbox[tuple[OutputFrame, float]] = Mailbox(cond=self._cond)
         self._keyframe = True
         self._watching = False
         self._closed = False
@@ -285,12 +301,22 @@ class ViewerHub:
     def offer(self, image: OutputFrame) -> None:
         """The newest output frame; dropped at once while nobody watches."""
         if self._watching:
-            self._frames.put(image)
+            self._frames.put((image, time.monotonic()))
 
     def offer_audio(self, frame: av.AudioFrame, due: float | None = None) -> None:
-        """On the event loop: the output's audio, due to play now; encoded once for every viewer that takes it.
-        (`due` is not needed: viewers' audio and video are timed by their own senders as they go out.)"""
-        self.audio.offer(frame)
+        """On the event loop: the output's audio, due to play now; encoded once for every viewer that takes it, as
+        late as the picture currently reaches them. (`due` is not needed: viewers' audio and video are timed by
+        their own senders as they go out.)"""
+        self._audio_delay.offer(frame)
+
+    def picture_took(self, seconds: float) -> None:
+        """On the event loop: a frame left for a viewer's sender `seconds` after the output handed it over."""
+        self._audio_delay.picture_took(seconds)
+
+    @property
+    def picture_delay_ms(self) -> float:
+        """How long a frame currently takes from the output to the viewers (what their sound is held back by)."""
+        return round(self._audio_delay.delay_s * 1000, 1)
 
     def request_keyframe(self) -> None:
         if self._encode is not None:
@@ -344,6 +370,7 @@ class ViewerHub:
             self._frames.discard()
             self._cond.notify_all()
         self._detach()
+        self._audio_delay.close()
         await asyncio.gather(*(v.request_close() for v in list(self._viewers.values())), return_exceptions=True)
         if self._thread is not None:
             await asyncio.get_running_loop().run_in_executor(None, self._thread.join, 5.0)
@@ -368,17 +395,18 @@ class ViewerHub:
         out.pts = out.dts = pts
         out.time_base = VIDEO_TIME_BASE
         self.frames_sent += 1
+        handed_at = packet.handed_at if packet.handed_at is not None else time.monotonic()
         with contextlib.suppress(RuntimeError):  # the loop has closed (the server stops): nobody to hand it to
-            self._loop.call_soon_threadsafe(self._deliver, out, packet.keyframe)
+            self._loop.call_soon_threadsafe(self._deliver, out, packet.keyframe, handed_at)
 
     # Encoder thread.
-    def _next(self) -> tuple[OutputFrame, bool] | None:
+    def _next(self) -> tuple[OutputFrame, float, bool] | None:
         with self._cond:
             while not self._closed:
-                image = self._frames.take()
-                if image is not None:
+                item = self._frames.take()
+                if item is not None:
                     keyframe, self._keyframe = self._keyframe, False
-                    return image, keyframe
+                    return item[0], item[1], keyframe
                 self._cond.wait()
             return None
 
@@ -388,7 +416,7 @@ class ViewerHub:
         started = time.monotonic()
         last_keyframe = 0.0
         while (item := self._next()) is not None:
-            output, keyframe = item
+            output, offered_at, keyframe = item
             try:
                 width, height = output.size
                 even = (width - width % 2, height - height % 2)
@@ -408,13 +436,13 @@ class ViewerHub:
                         last_keyframe = now
                     self.frames_encoded += 1
                     self.frames_sent += 1
-                    self._loop.call_soon_threadsafe(self._deliver, packet, key)
+                    self._loop.call_soon_threadsafe(self._deliver, packet, key, offered_at)
             except Exception:
                 self.errors += 1
                 if self.errors == 1:
                     log.exception("viewers of %s: encoding failed (counted from now on)", self.name)
                 codec = None
 
-    def _deliver(self, packet: av.Packet, keyframe: bool) -> None:
+    def _deliver(self, packet: av.Packet, keyframe: bool, handed_at: float) -> None:
         for viewer in list(self._viewers.values()):
-            viewer.deliver(packet, keyframe)
+            viewer.deliver(packet, keyframe, handed_at)

@@ -5,11 +5,20 @@ viewer the way the video encode is.
 aiortc's own encoder does); each viewer's `EncodedAudioTrack` hands those packets to its aiortc sender, which
 packetizes them without encoding again. Encoding runs on the event loop: one 20 ms frame costs well under a
 millisecond, less than a thread hand-off would.
+
+The output hands its sound over when it is due, in sync with its picture; the picture then still has the viewers'
+video encode and the hand-over to the event loop before it leaves, which a loaded machine makes take tens or
+hundreds of milliseconds. Viewers' senders time each stream by when its packets leave (their RTCP reports map
+RTP time to the time of sending), so `PictureDelay` holds the sound back by as long as the picture currently takes.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import math
+from collections import deque
+from collections.abc import Callable
 from fractions import Fraction
 
 import av
@@ -25,6 +34,57 @@ TIME_BASE = Fraction(1, RATE)
 BITRATE = 96000
 # Packets a viewer may hold (200 ms); the oldest go beyond that, so a stalled viewer never lags behind.
 VIEWER_QUEUE_PACKETS = 10
+# The picture's delay is followed from this on (below it no viewer notices, and the sound goes at once)...
+FOLLOW_FROM_S = 0.01
+# ...and up to this: a picture later still is stalled, and sound held longer would only pile up.
+FOLLOW_AT_MOST_S = 1.0
+# Weight of the newest frame's delay in the delay followed.
+DELAY_SMOOTHING = 0.2
+
+
+class PictureDelay:
+    """On the event loop: the sound handed to `sink` as long after it is due as the picture currently takes to
+    reach the viewers (`picture_took`), in order, never sooner than the sound before it."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, sink: Callable[[av.AudioFrame], None]) -> None:
+        self.delay_s = 0.0  # what the picture takes, smoothed
+        self._loop = loop
+        self._sink = sink
+        self._held: deque[tuple[float, av.AudioFrame]] = deque()  # (release time on the loop's clock, frame)
+        self._last_release = -math.inf
+        self._timer: asyncio.TimerHandle | None = None
+
+    def picture_took(self, seconds: float) -> None:
+        """A frame reached the viewers `seconds` after the output handed it over."""
+        seconds = min(max(seconds, 0.0), FOLLOW_AT_MOST_S)
+        self.delay_s += DELAY_SMOOTHING * (seconds - self.delay_s)
+
+    def offer(self, frame: av.AudioFrame) -> None:
+        now = self._loop.time()
+        delay = self.delay_s if self.delay_s >= FOLLOW_FROM_S else 0.0
+        release = self._last_release = max(now + delay, self._last_release)
+        if release <= now and not self._held:
+            self._sink(frame)
+            return
+        self._held.append((release, frame))
+        self._arm()
+
+    def close(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self._held.clear()
+
+    def _arm(self) -> None:
+        if self._timer is None and self._held:
+            self._timer = self._loop.call_at(self._held[0][0], self._release)
+
+    def _release(self) -> None:
+        self._timer = None
+        now = self._loop.time()
+        while self._held and self._held[0][0] <= now:
+            self._sink(self._held.popleft()[1])
+        self._arm()
 
 
 class EncodedAudioTrack(PacketTrack):

@@ -185,3 +185,42 @@ def test_keyframes_asked_within_the_minimum_interval_leave_once(astronaut: Image
     # The first (attaching), then one per second however often asked.
     assert 2 <= len(keyframes) <= 4, keyframes
     assert all(b - a >= 900_000 for a, b in zip(keyframes, keyframes[1:], strict=False))
+
+
+class Stamped(Collector):
+    """Notes when each video packet reached it."""
+
+    def __init__(self) -> None:
+        super().__init__("aac")
+        self.arrived: list[float] = []
+
+    def packet(self, packet: EncodedPacket) -> None:
+        super().packet(packet)
+        if packet.video:
+            self.arrived.append(time.monotonic())
+
+
+def test_each_video_packet_says_when_its_frame_was_handed_over_not_when_it_was_encoded(astronaut: Image) -> None:
+    """What the RTSP path stamps the picture with: the instant the output handed the frame over, which the encode
+    and its queue come after (a reader that stamped on arrival would put their time between picture and sound)."""
+    frame = OutputFrame(make_motion_clip(astronaut, size=(320, 240), frames=1, fps=FPS).frames[0])
+    encode = SharedEncode(320, 240, FPS, EncoderPolicy(EncoderSettings()), "test")
+    reader = Stamped()
+    encode.attach(reader)
+    handed: list[tuple[float, float]] = []
+    try:
+        for _ in range(2 * FPS):
+            before = time.monotonic()
+            encode.frame(frame)
+            handed.append((before, time.monotonic()))
+            time.sleep(1 / FPS)
+        assert wait_for(lambda: len(reader.arrived) >= FPS, 10)
+    finally:
+        encode.detach(reader)
+    stamps = []
+    for packet, arrived in zip(reader.video(), reader.arrived, strict=True):
+        at = packet.handed_at
+        assert at is not None and any(before <= at <= after for before, after in handed), (at, handed)
+        assert at < arrived  # the encode took its time after the hand-over
+        stamps.append(at)
+    assert stamps == sorted(set(stamps))  # each frame its own instant, in order

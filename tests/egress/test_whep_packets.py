@@ -124,10 +124,10 @@ async def _watching() -> AsyncIterator[Watched]:
         watched = Watched(hub, encode, feed, viewer, client, decoded)
         deliver = viewer.track.deliver
 
-        def counted(packet: av.Packet, keyframe: bool) -> None:
+        def counted(packet: av.Packet, keyframe: bool, handed_at: float | None = None) -> None:
             if keyframe:
                 watched.keyframes.append(time.monotonic())
-            deliver(packet, keyframe)
+            deliver(packet, keyframe, handed_at)
 
         viewer.track.deliver = counted  # type: ignore[method-assign]
         assert await wait_for_async(lambda: len(decoded) >= 2 * FPS, 30.0), f"{len(decoded)} frames decoded"

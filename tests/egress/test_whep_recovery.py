@@ -113,10 +113,10 @@ async def _without_nack() -> None:
         keyframes: list[float] = []
         deliver = viewer.track.deliver
 
-        def counted(packet: object, keyframe: bool) -> None:
+        def counted(packet: object, keyframe: bool, handed_at: float | None = None) -> None:
             if keyframe:
                 keyframes.append(time.monotonic())
-            deliver(packet, keyframe)  # type: ignore[arg-type]
+            deliver(packet, keyframe, handed_at)  # type: ignore[arg-type]
 
         viewer.track.deliver = counted  # type: ignore[method-assign]
         lost = [0]

@@ -1,6 +1,7 @@
 """Fixtures for the server tests: loopback-only ICE, a shared classic-engine server, real face photos and a
 real face clip."""
 
+import gc
 import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -37,6 +38,18 @@ def no_user_keys(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
 def loopback_ice() -> None:
     """Media stays on 127.0.0.1: aioice offers only the loopback address."""
     use_host_addresses(["127.0.0.1"])
+
+
+@pytest.fixture
+def steady_collector() -> Iterator[None]:
+    """For a test that times sound against picture with its server and clients in this process: what earlier
+    tests left on the heap is collected, then set aside (`gc.freeze`) until the test ends, so that the
+    collector's full passes over a long run's heap (hundreds of milliseconds, every thread stopped) do not land
+    in the measurement."""
+    gc.collect()
+    gc.freeze()
+    yield
+    gc.unfreeze()
 
 
 @pytest.fixture(scope="session")

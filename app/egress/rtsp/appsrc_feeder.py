@@ -17,6 +17,15 @@ log = logging.getLogger(__name__)
 START_TIMEOUT_S = 2.0
 
 T = TypeVar("T")
+NS = 1_000_000_000
+
+
+def running_time_ns(appsrc: Any, at: float) -> int | None:
+    """The running time of `appsrc`'s pipeline at the `time.monotonic()` instant `at` (None without a clock)."""
+    clock = appsrc.get_clock()
+    if clock is None:
+        return None
+    return int(clock.get_time() - appsrc.get_base_time() - (time.monotonic() - at) * NS)
 
 
 class AppsrcFeeder(Generic[T]):

@@ -6,8 +6,9 @@ Opus, because FFmpeg's RTSP client (OBS's media source, ffmpeg, PyAV) and GStrea
 it adds no encoder priming delay (AAC adds 1024 samples) and it is what WebRTC clients send, so nothing is
 converted on the way but the samples themselves.
 
-Timestamps are the running time at which each chunk was pushed (the video's appsrc stamps its frames the
-same way, on arrival), so a chunk that the caller hands over in sync with the video plays in sync with it.
+Timestamps are the running time at which each chunk was offered (or was due, when the caller says), as the
+video's are the running time its frames were handed to the encode (`packet_feed`), so a chunk that the caller
+hands over in sync with the video plays in sync with it.
 Chunks that follow each other within `CONTINUITY_S` are laid end to end instead (the encoder wants a
 continuous signal, and the chunks come with the jitter of the network and the event loop); a larger gap
 starts a new run. While no audio comes (a quiet microphone, no microphone yet), silence fills the stream
@@ -24,7 +25,7 @@ from typing import Any
 
 import av
 
-from app.egress.rtsp.appsrc_feeder import AppsrcFeeder
+from app.egress.rtsp.appsrc_feeder import NS, AppsrcFeeder, running_time_ns
 from app.egress.rtsp.bindings import Bindings
 
 RATE = 48000
@@ -43,7 +44,6 @@ EARLY_TOLERANCE_S = 0.005
 SILENCE_AFTER_S = 0.1
 # Audio waiting for a stream that does not play is dropped beyond this.
 MAX_QUEUED_S = 0.3
-NS = 1_000_000_000
 
 
 def audio_launch_fragment() -> str:
@@ -181,11 +181,11 @@ class AudioFeed(AppsrcFeeder[tuple[Any, list[tuple[float, bytes]], bool]]):
         appsrc, chunks, silence = item
         if not self._wait_playing(appsrc):
             return
-        clock, base = appsrc.get_clock(), appsrc.get_base_time()
-        if clock is None:
-            return
-        running = clock.get_time() - base - int(self._lead_s() * NS)
         now = time.monotonic()
+        running = running_time_ns(appsrc, now)
+        if running is None:
+            return
+        running -= int(self._lead_s() * NS)
         if silence:
             self._fill_silence(appsrc, running)
         for offered, pcm in chunks:

@@ -1,9 +1,14 @@
 """Feeding a path: the H.264 access units of its `SharedEncode`, as they are, into
 
-    appsrc (H.264 byte-stream, one access unit per buffer, timestamped on arrival) → rtph264pay
+    appsrc (H.264 byte-stream, one access unit per buffer) → rtph264pay
 
 The path encodes nothing itself: the output's picture is encoded once, and the RTSP path is one more reader of
 that encode. `config-interval=1` repeats SPS/PPS every second in the RTP stream.
+
+Each access unit is stamped with the running time at which the output handed its frame to the encode, not when it
+arrived here: the path's sound is stamped by when it is due (`audio_feed`), and the encode, the hand-overs
+between threads and the feeder's queue take a time that grows with the machine's load, which stamping on arrival
+would put between the picture and its sound.
 
 FFmpeg-based clients (OBS's media source, ffmpeg, PyAV) find the end of an H.264 frame only when the next NAL that
 cannot belong to it arrives, which normally is the next frame: one frame interval of delay on top of everything
@@ -36,7 +41,7 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any
 
-from app.egress.rtsp.appsrc_feeder import AppsrcFeeder
+from app.egress.rtsp.appsrc_feeder import AppsrcFeeder, running_time_ns
 from app.egress.rtsp.bindings import Bindings
 
 if TYPE_CHECKING:
@@ -60,7 +65,7 @@ def packet_launch_description(width: int, height: int, fps: int) -> str:
     """The gst-rtsp-server launch line of a packet-fed path's media (its video part)."""
     caps = f"video/x-h264,stream-format=byte-stream,alignment=au,width={width},height={height},framerate={fps}/1"
     return (
-        f"( appsrc name=src is-live=true do-timestamp=true format=time caps={caps} "
+        f"( appsrc name=src is-live=true do-timestamp=false format=time caps={caps} "
         f"! rtph264pay name=pay0 pt=96 config-interval=1 )"
     )
 
@@ -96,6 +101,8 @@ class PacketFeed(AppsrcFeeder[tuple["EncodedPacket", Any]]):
         self._reading = False
         self._last_pts_us: int | None = None
         self._mean_gap_s: float | None = None
+        self._stamped_on: Any = None  # the appsrc the last buffer went to, and its running time (feeder thread)
+        self._last_stamp = 0
         self._start_feeding()
 
     @property
@@ -249,8 +256,18 @@ class PacketFeed(AppsrcFeeder[tuple["EncodedPacket", Any]]):
         if not self._wait_playing(appsrc):
             self._lost(appsrc)
             return
+        handed_at = packet.handed_at if packet.handed_at is not None else time.monotonic()
+        pts = running_time_ns(appsrc, handed_at)
+        if pts is None:  # no clock: the media is going away
+            self._lost(appsrc)
+            return
+        if appsrc is self._stamped_on and pts <= self._last_stamp:  # never back in time (the payloader needs it)
+            pts = self._last_stamp + 1
+        self._stamped_on, self._last_stamp = appsrc, max(0, pts)
+        buffer = self._gst.Gst.Buffer.new_wrapped(packet.data + AUD)
+        buffer.pts = buffer.dts = self._last_stamp
         try:
-            appsrc.emit("push-buffer", self._gst.Gst.Buffer.new_wrapped(packet.data + AUD))
+            appsrc.emit("push-buffer", buffer)
         except Exception:
             self._lost(appsrc)
             raise

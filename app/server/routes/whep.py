@@ -85,6 +85,7 @@ def add_routes(kind: OutputKind) -> None:
             # Encoded by the viewers' own encode (a channel's, or a session's or stream's path, counts its own).
             "frames_encoded": hub.frames_encoded if hub is not None else 0,
             "frames_sent": hub.frames_sent if hub is not None else 0,
+            "picture_delay_ms": hub.picture_delay_ms if hub is not None else 0.0,
         }
 
     @router.delete(kind.path("/whep/{viewer_id}"), name=f"stop_{kind.singular}_viewer")

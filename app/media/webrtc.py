@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import logging
 import secrets
 import time
@@ -21,7 +20,7 @@ from collections.abc import Awaitable, Callable
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import av
 import numpy as np
@@ -32,6 +31,7 @@ from app.live.adapter import AudioListener, LiveOutput
 from app.live.core import LiveCore
 from app.live.counters import LiveCounters
 from app.live.frame import OutputFrame
+from app.live.lazy_path import LazyPath, OpenPath, PathPublisher
 from app.media import yuv
 from app.media.audio_sync import MAX_DELAY_S, DelayedAudioTrack
 from app.media.encoder import encoder_settings
@@ -62,8 +62,11 @@ KIND = "session"
 PC_CLOSE_TIMEOUT_S = 5.0
 
 
-# (path, width, height, audio=bool) -> a publisher with non-blocking push(image), push_audio(frame) and close()
-PublisherFactory = Callable[..., Any]
+class PublisherFactory(Protocol):
+    """Publishes an RTSP path (the server's `RtspOutput.publish`); with `audio` it carries the microphone too."""
+
+    def __call__(self, path: str, width: int, height: int, *, audio: bool) -> PathPublisher: ...
+
 
 WATCHDOG_PERIOD_S = 0.25
 # Input that resumes after a gap this long (an outage, a stall) gets a keyframe back: what the client received
@@ -144,9 +147,8 @@ class Session(LiveOutput):
         self._executor = executor
         self._config = config
         self._on_closed = on_closed
-        self._publisher_factory = publisher_factory
-        self._publisher: Any = None
         self.rtsp_path = f"/session/{self.id}"
+        self._rtsp = LazyPath(self._path_opener(publisher_factory), f"session {self.id}")
         self.rtsp_url = rtsp_url(self.rtsp_path) if (rtsp_url and publisher_factory) else None
         self.channel: str | None = None  # the channel it publishes into, if any
         # The newest decoded frame not yet taken: put by the receive task, taken by an executor thread.
@@ -358,29 +360,25 @@ class Session(LiveOutput):
             out.time_base = frame.time_base
         return out, result
 
+    def _path_opener(self, publish: PublisherFactory | None) -> OpenPath | None:
+        if publish is None:
+            return None
+        return lambda width, height, audio: publish(self.rtsp_path, width, height, audio=audio)
+
     async def _publish(self, image: OutputFrame) -> None:
-        if self._publisher_factory is None:
+        """The session's own RTSP path, published at the first frame's size (off the loop: it builds a pipeline)
+        with the microphone too when one comes in."""
+        path = self._rtsp
+        if path.given_up:
             return
-        if self._publisher is None:
-            width, height = image.size
-            loop = asyncio.get_running_loop()
-            audio = self.audio.receiving  # the RTSP path carries the microphone too (app.egress.rtsp)
-            factory = functools.partial(self._publisher_factory, audio=True) if audio else self._publisher_factory
-            try:
-                self._publisher = await loop.run_in_executor(None, factory, self.rtsp_path, width, height)
-                if audio:
-                    self.audio.outputs.append(self._publisher.push_audio)
-            except Exception:  # RTSP is an extra: the WebRTC session goes on without it
-                log.exception("session %s: cannot publish to RTSP; going on without it", self.id)
-                self._publisher_factory = None
+        if not path.published:
+            audio = self.audio.receiving
+            if not await asyncio.get_running_loop().run_in_executor(None, path.open, *image.size, audio):
                 self.rtsp_url = None
                 return
-        try:
-            self._publisher.push(image)
-        except Exception:  # same: never let the RTSP side end the session
-            log.exception("session %s: RTSP push failed; publishing stopped", self.id)
-            self._close_publisher()
-            self._publisher_factory = None
+            if audio:
+                self.audio.outputs.append(path.push_audio)
+        path.push(image)
 
     def _on_sent(self, arrived: float, processed: float) -> None:
         now = time.monotonic()
@@ -416,8 +414,7 @@ class Session(LiveOutput):
 
     def _path_encode(self) -> SharedEncode | None:
         """The session's own RTSP path's encode, once its first frame opened it."""
-        encode: SharedEncode | None = getattr(self._publisher, "encode", None)
-        return encode
+        return self._rtsp.encode
 
     def stats(self) -> dict[str, Any]:
         return {
@@ -491,18 +488,10 @@ class Session(LiveOutput):
                 log.warning("session %s: peer connection did not close within %.0f s", self.id, PC_CLOSE_TIMEOUT_S)
             except Exception:  # closing must always finish; the error is only logged
                 log.exception("session %s: error while closing the peer connection", self.id)
-            self._close_publisher()
+            self._rtsp.close()
         finally:
             self._pending.discard()
             self.core.close()
             self.state = "closed"
             self.closed.set()
             self._on_closed(self)
-
-    def _close_publisher(self) -> None:
-        publisher, self._publisher = self._publisher, None
-        if publisher is not None:
-            try:
-                publisher.close()
-            except Exception:
-                log.exception("session %s: RTSP publisher did not close cleanly", self.id)

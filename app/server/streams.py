@@ -21,6 +21,7 @@ from app.egress.encode import SharedEncode
 from app.live.adapter import LiveOutput, LiveRequest
 from app.live.core import LiveCore
 from app.live.frame import OutputFrame
+from app.live.lazy_path import LazyPath, OpenPath
 from app.media.rtsp_in import IngestWorker, RtspTransport, SourceForbidden, is_live_source
 from app.observability import Metrics
 from app.pipeline.identity_map import FaceSources
@@ -32,11 +33,12 @@ from app.server.admission import Admission
 from app.server.ingest_policy import CheckedSource, HostUnresolved, SourceRefused, coarse_error, redact_credentials
 from app.server.output_guards import OutputGuards
 from app.server.resource_errors import Conflict, NotFound, Unavailable
-from app.server.rtsp import FramePublisher, RtspOutput
+from app.server.rtsp import RtspOutput
 
 log = logging.getLogger(__name__)
 
 KIND = "stream"
+PATH_FPS = 30  # the rate of a stream's own RTSP path (a source's own rate is not known before it plays)
 # How long a new stream waits for its source's first open (its size makes the RTSP path exist at once).
 PROBE_TIMEOUT_S = 5.0
 
@@ -51,48 +53,6 @@ class GiveUp:
 
     attempts: int | None = None
     seconds: float | None = None
-
-
-class LazyPublisher:
-    """Opens the RTSP path at the first frame, when the output size is known. Thread-safe like the publisher.
-    Without `rtsp` (a stream that publishes into a channel), frames go nowhere from here."""
-
-    def __init__(self, rtsp: RtspOutput | None, path: str, fps: int = 30) -> None:
-        self._rtsp = rtsp
-        self._path = path
-        self._fps = fps
-        self._lock = threading.Lock()
-        self._publisher: FramePublisher | None = None
-        self._closed = False
-
-    def open(self, width: int, height: int) -> None:
-        """Publish the path now, at this size (when the source's size is known before its first frame)."""
-        with self._lock:
-            if self._publisher is None and not self._closed and self._rtsp is not None:
-                self._publisher = self._rtsp.publish(self._path, width, height, self._fps)
-
-    def push(self, image: Image | OutputFrame) -> None:
-        with self._lock:
-            if self._closed or self._rtsp is None:
-                return
-            if self._publisher is None:
-                width, height = OutputFrame.of(image).size
-                self._publisher = self._rtsp.publish(self._path, width, height, self._fps)
-            publisher = self._publisher
-        publisher.push(image)
-
-    @property
-    def encode(self) -> SharedEncode | None:
-        """The path's encode once it is published (its WHEP viewers read it too)."""
-        publisher = self._publisher
-        return publisher.encode if publisher is not None else None
-
-    def close(self) -> None:
-        with self._lock:
-            self._closed = True
-            publisher, self._publisher = self._publisher, None
-        if publisher is not None:
-            publisher.close()
 
 
 @dataclass
@@ -135,7 +95,7 @@ class Stream(LiveOutput):
         self.own_rtsp = True  # False when it publishes into a channel, which has the RTSP path
         self.channel: str | None = None
         self.worker: IngestWorker | None = None
-        self.publisher: LazyPublisher | None = None
+        self.publisher: LazyPath | None = None
         self.state = "starting"
         self._counters_lock = threading.Lock()
         self._seen_in = 0
@@ -309,13 +269,20 @@ class StreamManager:
             self._admission.admit(stream.id, stream, stream.owner)
             return stream
 
+    def _path_opener(self, stream: Stream) -> OpenPath | None:
+        """How the stream's own RTSP path is published at its size (none when it publishes into a channel)."""
+        rtsp = self._rtsp
+        if not stream.own_rtsp:
+            return None
+        return lambda width, height, audio: rtsp.publish(stream.rtsp_path, width, height, PATH_FPS, audio=audio)
+
     async def _start(self, stream: Stream, checked_now: bool = True) -> None:
         """Start the stream's worker at its `origin.connect_url`, which the caller has just checked when `checked_now`
         (`source_check`: its one look at the source answers for the worker's first open; every other open is
         checked first). Waits up to `PROBE_TIMEOUT_S` for that open, so that with the source's size known the RTSP
         path exists at once; otherwise it appears with the first frame. A new stream thus costs the source one
         DESCRIBE from the check and one from FFmpeg's open."""
-        publisher = stream.publisher = LazyPublisher(self._rtsp if stream.own_rtsp else None, stream.rtsp_path)
+        publisher = stream.publisher = LazyPath(self._path_opener(stream), f"stream {stream.id}")
         loop = self._loop = asyncio.get_running_loop()
         checked = self._source_check is not None and is_live_source(stream.origin.requested_url)
         first_open = threading.Event()  # the worker's first open is over, whether it worked or not

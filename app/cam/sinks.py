@@ -15,7 +15,7 @@ import numpy as np
 from app.errors import UserError
 from app.pipeline.types import Image
 
-OUTPUTS = ("virtual", "window")
+OUTPUTS = ("virtual", "window", "none")
 
 INSTALL_EXTRA = "pip install 'swapcast[cam]'"
 
@@ -99,8 +99,24 @@ class Window:
         cv2.destroyAllWindows()
 
 
+class Discard:
+    """Shows nothing: measures the link (with --measure) without a virtual camera or a display."""
+
+    pixel_format = "gray"  # the cheapest conversion that still carries the stamp
+
+    def open(self, width: int, height: int, fps: float) -> None:
+        pass
+
+    def show(self, image: Image) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
 def make_sink(output: str) -> Sink:
-    return VirtualCamera() if output == "virtual" else Window()
+    sinks: dict[str, type[Sink]] = {"virtual": VirtualCamera, "window": Window, "none": Discard}
+    return sinks[output]()
 
 
 def fit(image: Image, width: int, height: int) -> Image:

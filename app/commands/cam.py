@@ -5,6 +5,7 @@ import argparse
 import getpass
 import os
 import sys
+from urllib.parse import urlsplit
 
 from app.commands.arguments import http_url, one_of, positive_float, positive_int, video_size
 
@@ -29,7 +30,7 @@ def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None
         "--output",
         type=one_of(OUTPUTS, "output"),
         default="virtual",
-        help="virtual: a virtual camera (pip install 'swapcast[cam]'); window: an OpenCV window",
+        help="virtual: a virtual camera (pip install 'swapcast[cam]'); window: an OpenCV window; none: nothing shown",
     )
     p.add_argument("--seconds", type=positive_float, default=None, help="stop after this long (default: Ctrl-C)")
     p.add_argument("--key", default=None, help="an API key with the sessions scope (default SWAPCAST_API_KEY)")
@@ -51,9 +52,11 @@ def _ask_key() -> str | None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from app.auth.settings import is_loopback
     from app.cam.run import CamOptions, run_cam
     from app.cam.sinks import make_sink
     from app.cam.stats import CamStats
+    from app.media.peer import use_host_addresses
 
     options = CamOptions(
         server=args.server,
@@ -67,6 +70,8 @@ def run(args: argparse.Namespace) -> int:
         measure=args.measure,
         stats_every_s=args.stats_every or None,
     )
+    if is_loopback(urlsplit(args.server).hostname or ""):
+        use_host_addresses(["127.0.0.1"])  # a server on this machine: media over loopback, which aioice never offers
     stats = CamStats()
     try:
         run_cam(options, make_sink(args.output), stats, _ask_key)

@@ -25,7 +25,7 @@ from app.pipeline.pipeline import FramePipeline
 from app.settings import PipelineSettings
 from tests.helpers import wait_for
 from tests.recording_sink import RecordingSink
-from tests.server.harness import RunningServer, camera_file, server_settings, start_server, upload
+from tests.server.harness import PAGE_HEADERS, RunningServer, camera_file, server_settings, start_server, upload
 from tests.server.test_sessions import REPO, background_diff, face_diff
 
 CAMERA_FPS = 15
@@ -76,30 +76,54 @@ def keyed_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningSe
     """A server that wants an API key (one exists), without models: refusals only."""
     root = tmp_path_factory.mktemp("keyed")
     keys = root / "keys.json"
-    KeyStore(keys).create("laptop", ["sessions"])
+    _, running_key = KeyStore(keys).create("laptop", ["sessions"])
 
     def no_models(_: PipelineSettings) -> FramePipeline:
-        raise AssertionError("no session gets this far")
+        raise RuntimeError("this server only refuses")
 
     settings = server_settings(root / "identities", access=AccessSettings(keys_file=keys), warmup=False)
     running = start_server(settings, no_models, wait_ready=False)
+    running.key = running_key  # type: ignore[attr-defined]
     yield running
     running.stop()
 
 
-def test_a_wrong_key_ends_the_command_with_the_servers_reason(
-    keyed_server: RunningServer,
-    slow_camera: tuple[Path, MotionClip],
-    capsys: pytest.CaptureFixture[str],
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    path, _ = slow_camera
+@pytest.fixture
+def recorded_camera(slow_camera: tuple[Path, MotionClip], monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """`--camera FILE` for `main`, whose sink is then a recorder."""
     monkeypatch.setattr("app.cam.sinks.make_sink", lambda output: RecordingSink())
-    code = main(["cam", "--server", keyed_server.base_url, "--camera", str(path), "--identity", "x", "--key", "wrong"])
+    return ["--camera", str(slow_camera[0])]
+
+
+def refusal(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
+    """The one line `swapcast cam ARGV` ends with when the server refuses the session (exit status 2)."""
+    code = main(["cam", *argv])
     err = capsys.readouterr().err
     assert code == 2
-    assert err.startswith("swapcast: error: the server refused the session:") and "(401)" in err, err
+    assert err.startswith("swapcast: error: the server refused the session:"), err
     assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    return err.strip()
+
+
+def test_a_wrong_key_ends_the_command_with_the_servers_reason(
+    keyed_server: RunningServer, recorded_camera: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["--server", keyed_server.base_url, *recorded_camera, "--identity", "x", "--key", "wrong"]
+    assert "(401)" in refusal(argv, capsys)
+
+
+def test_the_key_comes_from_the_environment(
+    keyed_server: RunningServer,
+    recorded_camera: list[str],
+    capfd: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """With SWAPCAST_API_KEY the server gets past the credential; this one, without models, is never ready: it
+    answers 503, which the command takes as passing and asks again, until its time is up."""
+    monkeypatch.setenv("SWAPCAST_API_KEY", keyed_server.key)  # type: ignore[attr-defined]
+    assert main(["cam", "--server", keyed_server.base_url, *recorded_camera, "--seconds", "4"]) == 0
+    err = capfd.readouterr().err
+    assert "(503); reconnecting in" in err and "(401)" not in err, err
 
 
 @pytest.mark.parametrize(
@@ -110,20 +134,9 @@ def test_a_wrong_key_ends_the_command_with_the_servers_reason(
     ],
 )
 def test_a_refused_session_ends_the_command_with_the_servers_reason(
-    server: RunningServer,
-    slow_camera: tuple[Path, MotionClip],
-    capsys: pytest.CaptureFixture[str],
-    monkeypatch: pytest.MonkeyPatch,
-    query: list[str],
-    reason: str,
+    server: RunningServer, recorded_camera: list[str], capsys: pytest.CaptureFixture[str], query: list[str], reason: str
 ) -> None:
-    path, _ = slow_camera
-    monkeypatch.setattr("app.cam.sinks.make_sink", lambda output: RecordingSink())
-    code = main(["cam", "--server", server.base_url, "--camera", str(path), *query])
-    err = capsys.readouterr().err
-    assert code == 2
-    assert err.startswith("swapcast: error: the server refused the session:") and reason in err, err
-    assert len(err.strip().splitlines()) == 1
+    assert reason in refusal(["--server", server.base_url, *recorded_camera, *query], capsys)
 
 
 # Runs the command with the recorder as its sink and media on loopback only, as the tests' server offers.
@@ -174,22 +187,33 @@ def test_ctrl_c_ends_the_session_on_the_server_and_prints_the_counts(
 
 
 @pytest.mark.slow
-def test_a_session_the_server_ends_is_replaced_by_a_new_one_by_itself(
+def test_a_session_the_server_ends_is_replaced_by_a_new_one_by_itself_back_into_the_channel(
     server: RunningServer, tom_png: bytes, slow_camera: tuple[Path, MotionClip], capfd: pytest.CaptureFixture[str]
 ) -> None:
     identity = upload(server.base_url, tom_png, "tom.png").json()["id"]
     path, _ = slow_camera
     sink, stats = RecordingSink(), CamStats()
-    options = CamOptions(server=server.base_url, camera=str(path), identity=identity, seconds=14, measure=True)
+    made = httpx.post(f"{server.base_url}/v1/channels", json={"name": "laptop"}, headers=PAGE_HEADERS)
+    assert made.status_code == 201, made.text
+
+    def publisher() -> str | None:
+        return httpx.get(f"{server.base_url}/v1/channels/laptop").json()["publisher"]  # type: ignore[no-any-return]
+
+    options = CamOptions(
+        server=server.base_url, camera=str(path), identity=identity, channel="laptop", seconds=14, measure=True
+    )
     runner = threading.Thread(target=run_cam, args=(options, sink, stats))
     runner.start()
     try:
         assert wait_for(lambda: len(sink.stamps) >= 15, 60), "no picture came back"
         assert server.state.sessions is not None
         (first,) = server.state.sessions.sessions()
+        assert publisher() == f"session/{first.id}"
         assert httpx.delete(f"{server.base_url}/v1/sessions/{first.id}").status_code == 204
         shown_before = len(sink.stamps)
         assert wait_for(lambda: len(sink.stamps) >= shown_before + 15, 30), "the picture did not come back"
+        (second,) = server.state.sessions.sessions()
+        assert second.id != first.id and publisher() == f"session/{second.id}"
     finally:
         runner.join(60)
     assert stats.sessions == 2, stats.line()

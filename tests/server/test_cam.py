@@ -220,3 +220,21 @@ def test_a_session_the_server_ends_is_replaced_by_a_new_one_by_itself_back_into_
     assert "the server ended the session; reconnecting in" in capfd.readouterr().err
     ids = [s for s in sink.stamps if s is not None]
     assert ids == sorted(set(ids)), "frames out of order across the sessions"
+
+
+def test_without_a_key_a_terminal_is_asked_for_one(
+    keyed_server: RunningServer,
+    recorded_camera: list[str],
+    capfd: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Refused for want of a key, the command asks (getpass) and tries again with the answer, which this server
+    takes (it then answers 503: not ready)."""
+    monkeypatch.delenv("SWAPCAST_API_KEY", raising=False)
+    monkeypatch.setattr("sys.stdin.isatty", lambda: True)
+    asked: list[str] = []
+    monkeypatch.setattr("getpass.getpass", lambda prompt: asked.append(prompt) or keyed_server.key)  # type: ignore[attr-defined]
+    assert main(["cam", "--server", keyed_server.base_url, *recorded_camera, "--seconds", "3"]) == 0
+    err = capfd.readouterr().err
+    assert len(asked) == 1 and "API key" in asked[0]
+    assert "(503); reconnecting in" in err and "(401)" not in err, err

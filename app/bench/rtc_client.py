@@ -1,77 +1,39 @@
-"""A WebRTC client that sends real frames with their frame id stamped in pixels and reads the ids back from what
-returns: round-trip latency per frame, order, and the returned images, for tests and the server benchmark.
-
-The stamp is 16 black or white 16x16 blocks (12 bits of frame id, 4 bits of check) in the top-left corner,
-coarse enough to survive VP8 and H.264 at their default bitrates.
-"""
+"""A WebRTC client that sends real frames with their frame id stamped in pixels (app.media.frame_ids) and reads
+the ids back from what returns: round-trip latency per frame, order, and the returned images, for tests and the
+server benchmark."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 
 import av
 import httpx
 import numpy as np
-from aiortc import RTCConfiguration, RTCPeerConnection, RTCRtpSender, RTCSessionDescription
+from aiortc import RTCConfiguration, RTCPeerConnection, RTCRtpSender
 from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
 
+from app.media.frame_ids import ID_MODULO, luma, read_stamp, stamp
+from app.media.whip_client import video_frames, whip_exchange
 from app.pipeline.types import Image
 
-BLOCK = 16
-COLUMNS = 8
-ROWS = 2
-MARGIN = 8
-ID_BITS = 12
-ID_MODULO = 1 << ID_BITS
+__all__ = [
+    "ID_MODULO",
+    "Received",
+    "RoundTrip",
+    "RtcClient",
+    "StampedTrack",
+    "luma",
+    "read_stamp",
+    "stamp",
+    "video_frames",
+]
+
 VIDEO_TIME_BASE = Fraction(1, 90000)
-
-STAMP_BOX = (MARGIN, MARGIN, MARGIN + COLUMNS * BLOCK, MARGIN + ROWS * BLOCK)  # x1, y1, x2, y2
-
-
-def _check(value: int) -> int:
-    return (value ^ (value >> 4) ^ (value >> 8) ^ 0b1010) & 0xF
-
-
-def stamp(image: Image, frame_id: int) -> None:
-    """Write `frame_id` (mod 4096) into the image's top-left corner, in place."""
-    value = frame_id % ID_MODULO
-    word = (value << 4) | _check(value)
-    for bit in range(COLUMNS * ROWS):
-        row, col = divmod(bit, COLUMNS)
-        y, x = MARGIN + row * BLOCK, MARGIN + col * BLOCK
-        on = (word >> (15 - bit)) & 1
-        image[y : y + BLOCK, x : x + BLOCK] = 255 if on else 0
-
-
-def read_stamp(image: Image) -> int | None:
-    """The frame id stamped in the image, or None when the stamp is missing or damaged."""
-    if image.shape[0] < STAMP_BOX[3] or image.shape[1] < STAMP_BOX[2]:
-        return None
-    grey = image[..., :3].mean(axis=2) if image.ndim == 3 else image
-    word = 0
-    for bit in range(COLUMNS * ROWS):
-        row, col = divmod(bit, COLUMNS)
-        y, x = MARGIN + row * BLOCK + 4, MARGIN + col * BLOCK + 4
-        level = float(grey[y : y + BLOCK - 8, x : x + BLOCK - 8].mean())
-        if 64 < level < 192:
-            return None
-        word = (word << 1) | int(level >= 128)
-    value = word >> 4
-    return value if (word & 0xF) == _check(value) else None
-
-
-def luma(frame: av.VideoFrame) -> Image:
-    """The frame's brightness plane without a colour conversion (cheap enough for every frame)."""
-    if frame.format.name in ("yuv420p", "yuvj420p", "nv12"):
-        plane = frame.planes[0]
-        rows = np.frombuffer(memoryview(plane), np.uint8).reshape(plane.height, plane.line_size)
-        return rows[:, : plane.width]
-    return np.asarray(frame.to_ndarray(format="gray"), np.uint8)
 
 
 class StampedTrack(MediaStreamTrack):
@@ -140,16 +102,6 @@ class RoundTrip:
         return [r.frame_id for r in self.received]
 
 
-async def video_frames(track: MediaStreamTrack) -> AsyncIterator[tuple[float, av.VideoFrame]]:
-    """The track's video frames with their arrival time (monotonic clock), until the track ends."""
-    with contextlib.suppress(MediaStreamError):
-        while True:
-            frame = await track.recv()
-            at = time.monotonic()
-            if isinstance(frame, av.VideoFrame):
-                yield at, frame
-
-
 class RtcClient:
     """One WebRTC connection to a server that answers WHIP-style (`POST` offer → `201` answer + Location)."""
 
@@ -195,15 +147,11 @@ class RtcClient:
             if track.kind == "video" and not self._remote.done():
                 self._remote.set_result(track)
 
-        await self.pc.setLocalDescription(await self.pc.createOffer())
-        offer = self.offer_to_post(self.pc.localDescription.sdp)
-        response = await http.post(url, content=offer, headers={"Content-Type": "application/sdp"})
-        response.raise_for_status()
+        response = await whip_exchange(
+            self.pc, http, url, offer_to_post=self.offer_to_post, answer_to_apply=self.answer_to_apply
+        )
         self.location = response.headers.get("location")
         self.answer = response.text
-        await self.pc.setRemoteDescription(
-            RTCSessionDescription(sdp=self.answer_to_apply(response.text), type="answer")
-        )
         remote = await self._remote
         self._reader = asyncio.ensure_future(self._read(remote))
         return response

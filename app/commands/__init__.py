@@ -11,6 +11,7 @@ def _commands() -> list[Register]:
     # heavy dependencies (onnxruntime, av) only when run.
     from app.commands import (
         bench_group,
+        cam,
         config,
         demo,
         doctor,
@@ -29,6 +30,7 @@ def _commands() -> list[Register]:
         serve.register,
         keys.register,
         drain.register,
+        cam.register,
         config.register,
         doctor.register,
         demo.register,

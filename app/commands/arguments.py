@@ -83,6 +83,25 @@ def port(text: str) -> int:
     return int_between(0, 65535)(text)
 
 
+def video_size(text: str) -> tuple[int, int]:
+    """A picture size `WxH`, each side even (what the video encoders take) and between 16 and 7680."""
+    width, sep, height = text.lower().partition("x")
+    if not sep or not width.isdigit() or not height.isdigit():
+        raise argparse.ArgumentTypeError(f"expected a size WxH, e.g. 1280x720, got {text!r}")
+    size = int(width), int(height)
+    if not all(16 <= side <= 7680 and side % 2 == 0 for side in size):
+        raise argparse.ArgumentTypeError(f"each side must be even and between 16 and 7680, got {text!r}")
+    return size
+
+
+def http_url(text: str) -> str:
+    """A server's base URL: http:// or https:// and a host."""
+    scheme, sep, rest = text.partition("://")
+    if not sep or scheme.lower() not in ("http", "https") or not rest.strip("/"):
+        raise argparse.ArgumentTypeError(f"expected a URL such as https://swap.example.com, got {text!r}")
+    return text.rstrip("/")
+
+
 def comma_list(text: str) -> tuple[str, ...]:
     """The items of a comma list, blanks dropped; refusing an empty one is the caller's choice."""
     return tuple(part.strip() for part in text.split(",") if part.strip())

@@ -1,0 +1,1 @@
+"""`swapcast cam`: a local camera through a remote swapcast server into a virtual camera or a window."""

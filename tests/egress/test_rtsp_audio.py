@@ -5,12 +5,15 @@ together (compared by presentation time); a path without audio stays video only.
 import threading
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import av
 import numpy as np
 import pytest
 
 from app.egress.rtsp import RtspPublisher, RtspServer, rtsp_unavailable_reason
+from app.egress.rtsp.audio_feed import AudioFeed, audio_launch_fragment
+from app.egress.rtsp.bindings import load_bindings
 from tests.av_offset import PULL_OPTIONS, flash_level, pull_onsets, tone_frame
 
 UNAVAILABLE = rtsp_unavailable_reason()
@@ -86,3 +89,33 @@ def test_a_path_without_audio_has_only_video(server: RtspServer) -> None:
         assert publisher.audio is None
     finally:
         publisher.close()
+
+
+class CountedFeed(AudioFeed):
+    """Counts what the feeder thread hands the appsrc, one call per wake-up."""
+
+    sends = 0
+
+    def _send(self, item: tuple[Any, list[tuple[float, bytes]], bool]) -> None:
+        self.sends += 1
+        super()._send(item)
+
+
+def test_a_quiet_path_fills_in_silence_a_chunk_at_a_time_without_spinning() -> None:
+    gst, _ = load_bindings()
+    assert gst is not None
+    pipeline = gst.Gst.parse_launch(f"{audio_launch_fragment()} ! fakesink")
+    pipeline.set_state(gst.Gst.State.PLAYING)
+    feed = CountedFeed(gst, "/quiet")
+    try:
+        feed.attach(pipeline.get_by_name("asrc"))
+        feed.set_watchers(1)  # a client plays the path; no audio comes (no microphone, or a muted one)
+        time.sleep(1.0)
+        sends, silence = feed.sends, feed.silence_sent
+    finally:
+        feed.close()
+        feed.join(2.0)
+        pipeline.set_state(gst.Gst.State.NULL)
+    assert silence >= 30, silence  # the stream never stalls: about 50 chunks of 20 ms in a second
+    # One wake-up per chunk at most (it spun before: thousands a second, a third of a core per quiet path).
+    assert sends <= 70, sends

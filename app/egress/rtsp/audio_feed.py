@@ -99,6 +99,7 @@ class AudioFeed(AppsrcFeeder[tuple[Any, list[tuple[float, bytes]], bool]]):
         self._watchers = 0
         self._next_pts: int | None = None  # where the last chunk sent ended, in running time (ns)
         self._last_audio: float | None = None  # monotonic time of the last chunk offered
+        self._silence_due = 0.0  # monotonic time before which no silence is filled in again
         self._convert = PcmConverter()
         self._start_feeding()
 
@@ -170,10 +171,14 @@ class AudioFeed(AppsrcFeeder[tuple[Any, list[tuple[float, bytes]], bool]]):
                     self._cond.wait()
                     continue
                 quiet_since = self._last_audio if self._last_audio is not None else 0.0
-                wait = quiet_since + SILENCE_AFTER_S - time.monotonic()
+                due = max(quiet_since + SILENCE_AFTER_S, self._silence_due)
+                wait = due - time.monotonic()
                 if wait > 0:
                     self._cond.wait(min(wait, CHUNK_SAMPLES / RATE))
                     continue
+                # Each fill reaches half a chunk ahead: the next is due a chunk later, not at once (which spun
+                # this thread at a third of a core for every quiet path with a client).
+                self._silence_due = time.monotonic() + CHUNK_SAMPLES / RATE
                 return appsrc, [], True
             return None
 

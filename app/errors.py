@@ -1,9 +1,14 @@
 """Errors with a message for the user: the CLI prints the message alone and exits non-zero; the server answers a
 `StatusError` with the status its raiser chose."""
 
+from typing import TYPE_CHECKING
+
 from pydantic import ValidationError
 
 from engines.errors import ModelError
+
+if TYPE_CHECKING:
+    import httpx
 
 
 class UserError(Exception):
@@ -26,4 +31,20 @@ def invalid_setting(exc: ValidationError) -> str:
     return f"invalid setting {where}: {first['msg']}"
 
 
-__all__ = ["ModelError", "StatusError", "UserError", "invalid_setting"]
+def server_reason(response: "httpx.Response") -> str:
+    """Why the server refused, as a client shows it: its `detail` (one part per refused parameter of a validation
+    error), else the body, else the status's phrase."""
+    try:
+        detail = response.json().get("detail", response.text)
+    except ValueError:
+        detail = response.text
+    if isinstance(detail, list):
+        detail = "; ".join(
+            f"{'.'.join(str(p) for p in d.get('loc', [])[1:])}: {d.get('msg', '')}"
+            for d in detail
+            if isinstance(d, dict)
+        )
+    return str(detail).strip() or response.reason_phrase
+
+
+__all__ = ["ModelError", "StatusError", "UserError", "invalid_setting", "server_reason"]

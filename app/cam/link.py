@@ -18,6 +18,7 @@ from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
 from app.cam.camera import Camera
 from app.cam.sink_worker import SinkWorker
 from app.cam.stats import CamStats
+from app.errors import server_reason
 from app.media.frame_ids import stamp
 from app.media.whip_client import video_frames, whip_exchange
 from app.pipeline.types import Image
@@ -43,19 +44,9 @@ class Refused(Exception):
 
 
 def refusal(response: httpx.Response) -> Refused:
-    try:
-        detail = response.json().get("detail", response.text)
-    except ValueError:
-        detail = response.text
-    if isinstance(detail, list):  # a validation error: one message per refused parameter
-        detail = "; ".join(
-            f"{'.'.join(str(p) for p in d.get('loc', [])[1:])}: {d.get('msg', '')}"
-            for d in detail
-            if isinstance(d, dict)
-        )
     retry_after = response.headers.get("Retry-After", "")
     seconds = float(retry_after) if retry_after.strip().isdigit() else None
-    return Refused(response.status_code, str(detail).strip()[:300] or response.reason_phrase, seconds)
+    return Refused(response.status_code, server_reason(response)[:300], seconds)
 
 
 class CameraTrack(MediaStreamTrack):

@@ -8,6 +8,7 @@ import sys
 from urllib.parse import urlsplit
 
 from app.commands.arguments import http_url, one_of, positive_float, positive_int, video_size
+from app.commands.from_args import picked
 
 
 def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
@@ -59,13 +60,7 @@ def run(args: argparse.Namespace) -> int:
     from app.media.peer import use_host_addresses
 
     options = CamOptions(
-        server=args.server,
-        camera=args.camera,
-        identity=args.identity,
-        channel=args.channel,
-        size=args.size,
-        fps=args.fps,
-        seconds=args.seconds,
+        **picked(args, "server", "camera", "identity", "channel", "size", "fps", "seconds"),
         key=args.key or os.environ.get("SWAPCAST_API_KEY") or None,
         measure=args.measure,
         stats_every_s=args.stats_every or None,

@@ -11,7 +11,7 @@ import time
 import uuid
 from typing import TYPE_CHECKING
 
-from app.errors import UserError
+from app.errors import UserError, server_reason
 
 if TYPE_CHECKING:
     from app.server.settings import ServerSettings
@@ -44,11 +44,7 @@ def run(args: argparse.Namespace) -> int:
     except httpx.HTTPError as exc:
         raise UserError(f"cannot reach the server at {base}: {exc}") from None
     if response.status_code != 202:
-        try:
-            detail = response.json().get("detail", response.text)
-        except ValueError:
-            detail = response.text
-        raise UserError(f"the server refused to drain ({response.status_code}): {str(detail)[:200]}")
+        raise UserError(f"the server refused to drain ({response.status_code}): {server_reason(response)[:200]}")
     print(json.dumps(response.json()))
     return 0
 

@@ -58,7 +58,7 @@ class LazyPath:
     @property
     def given_up(self) -> bool:
         """No path now and none to come (no opener, a failed publish or push, or closed)."""
-        return self._ended and self._publisher is None
+        return self._ended
 
     @property
     def encode(self) -> SharedEncode | None:

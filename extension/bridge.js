@@ -1,6 +1,7 @@
 // The content script in the extension's isolated world, beside page.js in the page's own world: it carries
 // page.js's requests (an SDP offer, the end of a viewer) to the service worker and the answers back. Both
-// worlds share the window, so they talk with window.postMessage; a request carries nothing secret, and the
+// worlds share the window, so they talk with window.postMessage (and a DOM event for what must go out while
+// the page unloads); a request carries nothing secret, and the
 // service worker only ever posts offers to, and ends viewers of, the configured channel.
 "use strict";
 
@@ -35,6 +36,16 @@
       const { type, sdp, resource } = data.body || {};
       post({ kind: "response", id: data.id, body: await ask({ type, sdp, resource }) });
     }
+  });
+  // The end of a viewer, told synchronously (page.js's `tell`): sent on even while the page unloads.
+  window.addEventListener(FROM_PAGE, (event) => {
+    let body = null;
+    try {
+      body = JSON.parse(event.detail);
+    } catch {
+      return;
+    }
+    if (body && body.type === "close") ask({ type: "close", resource: body.resource });
   });
   sendConfig(); // page.js may have said hello before this script ran, or may say it after: both are answered
 })();

@@ -49,6 +49,12 @@
     });
   }
 
+  // Fire and forget, synchronously: a DOM event reaches bridge.js at once, even from a page that is going away
+  // (a posted message would wait for a task that never runs).
+  function tell(body) {
+    window.dispatchEvent(new CustomEvent(FROM_PAGE, { detail: JSON.stringify(body) }));
+  }
+
   function ask(body) {
     const id = nextId++;
     return new Promise((resolve) => {
@@ -186,7 +192,7 @@
       if (pc !== this.pc) return;
       const result = await ask({ type: "offer", sdp: pc.localDescription.sdp });
       if (pc !== this.pc) {
-        if (result.ok && result.resource) ask({ type: "close", resource: result.resource });
+        if (result.ok && result.resource) tell({ type: "close", resource: result.resource });
         return;
       }
       if (!result.ok) throw errorFor(result);
@@ -228,7 +234,7 @@
       this.pc = null;
       this.resource = null;
       if (pc) pc.close();
-      if (resource) ask({ type: "close", resource });
+      if (resource) tell({ type: "close", resource });
     }
 
     close() {

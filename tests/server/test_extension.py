@@ -54,7 +54,7 @@ pytestmark = [
 CALL_PAGE = Path(__file__).resolve().parents[1] / "extension" / "call_page.html"
 CHANNEL = "call"
 FPS = 15
-# Where the test leaves a screenshot of the call page's camera list (the docs' picture), when set.
+# Where the test leaves a screenshot of the call page in a call (the docs' picture), when set.
 SCREENSHOT_ENV = "SWAPCAST_EXTENSION_SCREENSHOT"
 
 
@@ -121,11 +121,12 @@ class Rig:
     extension: str  # chrome-extension://ID
     requests: list[tuple[str, str]]  # (method, URL) of every request to the channel's WHEP URL
 
-    def configure(self, token: str, server: str | None = None) -> str:
+    def configure(self, token: str, server: str | None = None, sound: str = "microphone") -> str:
         """Saves the options as a user would (the form, then Save); the status line it ends with."""
         options = self.context.new_page()
         try:
             options.goto(f"{self.extension}/options.html")
+            options.check(f"input[name=sound][value={sound}]")
             options.fill("#server", server or self.server.base_url)
             options.fill("#channel", CHANNEL)
             options.fill("#token", token)
@@ -275,10 +276,6 @@ def test_the_call_page_lists_the_swapcast_camera(rig: Rig) -> None:
         cameras = page.evaluate("listCameras()")
         assert {"deviceId": "swapcast-camera", "label": "swapcast"} in cameras
         assert len(cameras) == 2, cameras  # Chromium's fake camera, then swapcast
-        shot = os.environ.get(SCREENSHOT_ENV)
-        if shot:
-            page.set_viewport_size({"width": 640, "height": 220})
-            page.screenshot(path=shot)
     finally:
         page.close()
 
@@ -296,6 +293,11 @@ def test_the_camera_gives_the_channels_swapped_frames_in_order_and_a_call_carrie
         assert page.wait_for_function("() => call.far.frames.length >= 150", timeout=90_000)
         clock = time.time() - time.monotonic()  # the publisher's monotonic times on the page's clock
         call = page.evaluate("call")
+        shot = os.environ.get(SCREENSHOT_ENV)
+        if shot:  # the list, the camera's picture and the far side's
+            page.evaluate("listCameras()")
+            page.set_viewport_size({"width": 680, "height": 400})
+            page.screenshot(path=shot)
         assert rig.publisher.client is not None
         sent_at = {frame_id: at + clock for frame_id, at in rig.publisher.client.result.sent_at.items()}
 
@@ -356,6 +358,30 @@ def test_leaving_the_page_ends_the_viewer(rig: Rig) -> None:
         assert rig.sent(page, "DELETE", f"{rig.server.base_url}/v1/channels/{CHANNEL}/whep/{viewer['id']}")
     finally:
         page.close()
+
+
+def test_the_sound_is_the_microphone_or_the_channels_as_chosen(rig: Rig) -> None:
+    ask = "navigator.mediaDevices.getUserMedia({video: {deviceId: 'swapcast-camera'}, audio: true})"
+    describe = (
+        ".then((s) => [...s.getVideoTracks(), ...s.getAudioTracks()].map((t) => [t.kind, t.label, t.readyState]))"
+    )
+    page = rig.call_page()
+    try:
+        tracks = page.evaluate(ask + describe)
+        assert tracks[0] == ["video", "swapcast", "live"] and len(tracks) == 2, tracks
+        assert tracks[1][0] == "audio" and tracks[1][1].startswith("Fake"), tracks  # Chromium's fake microphone
+    finally:
+        page.close()
+    assert rig.configure(rig.viewer_token, sound="channel").startswith("Saved.")
+    try:
+        page = rig.call_page()
+        try:
+            tracks = page.evaluate(ask + describe)
+            assert tracks == [["video", "swapcast", "live"], ["audio", "swapcast (channel sound)", "live"]], tracks
+        finally:
+            page.close()
+    finally:
+        assert rig.configure(rig.viewer_token).startswith("Saved.")
 
 
 def test_the_extension_holds_only_the_server_and_the_call_page(rig: Rig) -> None:

@@ -61,7 +61,7 @@
       errors.channel = "The channel's name: 1-63 lowercase letters, digits, - and _ (as made on the server)";
     }
     const token = (input.token || "").trim();
-    if (!token) errors.token = "Paste the channel's viewer token (vt_...: the page's \"Make URL\" makes one)";
+    if (!token) errors.token = "Paste the channel's viewer token: vt_..., the token= part of its Browser Source URL";
     else if (/\s/.test(token) || token.length > 4096) errors.token = "The viewer token has spaces in it or is too long";
     const sites = [];
     for (const line of String(input.sites || "").split(/[\s,]+/).filter(Boolean)) {

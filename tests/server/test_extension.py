@@ -14,10 +14,12 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import os
 import threading
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import partial
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
@@ -104,7 +106,8 @@ class CallPageHandler(SimpleHTTPRequestHandler):
             return
         self.rfile.read(int(self.headers.get("Content-Length", "0")))
         time.sleep(HANG_S)
-        self.send_error(504)
+        with contextlib.suppress(OSError):  # the browser gave up long ago
+            self.send_error(504)
 
     def log_message(self, format: str, *args: Any) -> None:
         pass
@@ -121,7 +124,7 @@ class Rig:
     extension: str  # chrome-extension://ID
     requests: list[tuple[str, str]]  # (method, URL) of every request to the channel's WHEP URL
 
-    def configure(self, token: str, server: str | None = None, sound: str = "microphone") -> str:
+    def configure(self, token: str | None = None, server: str | None = None, sound: str = "microphone") -> str:
         """Saves the options as a user would (the form, then Save); the status line it ends with."""
         options = self.context.new_page()
         try:
@@ -129,7 +132,7 @@ class Rig:
             options.check(f"input[name=sound][value={sound}]")
             options.fill("#server", server or self.server.base_url)
             options.fill("#channel", CHANNEL)
-            options.fill("#token", token)
+            options.fill("#token", token or self.viewer_token)
             options.fill("#sites", self.page_origin)
             options.click("#save")
             options.wait_for_function("() => document.getElementById('status').textContent !== ''", timeout=15_000)
@@ -137,10 +140,30 @@ class Rig:
         finally:
             options.close()
 
-    def call_page(self) -> Page:
+    @contextmanager
+    def configured(self, **changes: str) -> Iterator[None]:
+        """The options saved with `changes` (see `configure`), and saved as before afterwards."""
+        assert self.configure(**changes).startswith("Saved."), "the options were not saved"
+        try:
+            yield
+        finally:
+            assert self.configure().startswith("Saved."), "the options were not put back"
+
+    def viewer_url(self, viewer_id: str) -> str:
+        return f"{self.server.base_url}/v1/channels/{CHANNEL}/whep/{viewer_id}"
+
+    @contextmanager
+    def call_page(self, *, camera: bool = False) -> Iterator[Page]:
+        """The call page in a new tab, closed afterwards; with `camera`, the swapcast camera opened in it."""
         page = self.context.new_page()
-        page.goto(f"{self.page_origin}/call_page.html")
-        return page
+        try:
+            page.goto(f"{self.page_origin}/call_page.html")
+            if camera:
+                opened = page.evaluate("openCamera('swapcast-camera')")
+                assert opened["ok"] and opened["label"] == "swapcast", opened
+            yield page
+        finally:
+            page.close()
 
     def in_extension(self, expression: str) -> Any:
         """Evaluates `expression` in the extension's options page (where chrome.* is)."""
@@ -166,11 +189,13 @@ class Rig:
 
 @pytest.fixture(scope="module")
 def rig(
-    tmp_path_factory: pytest.TempPathFactory,
     pipeline_factory: Callable[[PipelineSettings], FramePipeline],
     tom_png: bytes,
     clip: MotionClip,
+    tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[Rig]:
+    """A keyed server with the channel and its publisher, the call page's server, and Chromium with the
+    extension loaded and its options saved."""
     root = tmp_path_factory.mktemp("extension")
     keys_file = root / "keys.json"
     owner = KeyStore(keys_file).create("streamer", ["sessions", "identities:write", "identities:read"])[1]
@@ -222,7 +247,7 @@ def rig(
                         context.wait_for_event("serviceworker", timeout=30_000)
                     token = made.json()["viewer_token"]
                     rig = Rig(server, owner, token, publisher, page_origin, context, extension, requests)
-                    assert rig.configure(rig.viewer_token).startswith("Saved."), "the options were not saved"
+                    assert rig.configure().startswith("Saved."), "the options were not saved"
                     yield rig
                 finally:
                     context.close()
@@ -271,117 +296,88 @@ def first_seen(frames: list[list[float]]) -> dict[int, float]:
 
 
 def test_the_call_page_lists_the_swapcast_camera(rig: Rig) -> None:
-    page = rig.call_page()
-    try:
+    with rig.call_page() as page:
         cameras = page.evaluate("listCameras()")
-        assert {"deviceId": "swapcast-camera", "label": "swapcast"} in cameras
-        assert len(cameras) == 2, cameras  # Chromium's fake camera, then swapcast
-    finally:
-        page.close()
+    assert {"deviceId": "swapcast-camera", "label": "swapcast"} in cameras
+    assert len(cameras) == 2, cameras  # Chromium's fake camera, then swapcast
 
 
 def test_the_camera_gives_the_channels_swapped_frames_in_order_and_a_call_carries_them(
     rig: Rig, clip: MotionClip, clip_faces: list[np.ndarray]
 ) -> None:
-    page = rig.call_page()
-    try:
-        opened = page.evaluate("openCamera('swapcast-camera')")
-        assert opened["ok"] and opened["label"] == "swapcast", opened
+    with rig.call_page(camera=True) as page:
         assert len(rig.viewers()) == 1  # the page's WHEP viewer, on the server
         page.evaluate("startCall()")
         # 10 s of the call's frames (at 15 fps) to measure over.
         assert page.wait_for_function("() => call.far.frames.length >= 150", timeout=90_000)
         clock = time.time() - time.monotonic()  # the publisher's monotonic times on the page's clock
         call = page.evaluate("call")
+        local = grab(page, "local")
         shot = os.environ.get(SCREENSHOT_ENV)
         if shot:  # the list, the camera's picture and the far side's
             page.evaluate("listCameras()")
             page.set_viewport_size({"width": 680, "height": 400})
             page.screenshot(path=shot)
-        assert rig.publisher.client is not None
-        sent_at = {frame_id: at + clock for frame_id, at in rig.publisher.client.result.sent_at.items()}
+    assert rig.publisher.client is not None
+    sent_at = {frame_id: at + clock for frame_id, at in rig.publisher.client.result.sent_at.items()}
 
-        for side in ("local", "far"):
-            ids = [int(frame_id) for frame_id, _ in call[side]["frames"]]
-            assert len(set(ids)) >= 30, (side, ids)
-            assert ids == sorted(ids), (side, ids)  # in order (ids wrap only after 4096 frames: 4.5 min)
-            assert set(ids) <= set(sent_at), side  # every frame shown is one the publisher sent
+    for side in ("local", "far"):
+        ids = [int(frame_id) for frame_id, _ in call[side]["frames"]]
+        assert len(set(ids)) >= 30, (side, ids)
+        assert ids == sorted(ids), (side, ids)  # in order (ids wrap only after 4096 frames: 4.5 min)
+        assert set(ids) <= set(sent_at), side  # every frame shown is one the publisher sent
 
-        # Swapped: the camera's frame differs from the publisher's in the face, hardly anywhere else.
-        local = grab(page, "local")
-        frame_id = read_stamp(local)
-        assert frame_id is not None
-        sent = clip.frames[frame_id % len(clip.frames)]
-        face, rest = face_and_rest_diff(local, sent, clip_faces[frame_id % len(clip_faces)])
-        assert face > 12 and face > 3 * rest, (face, rest)
-        print(f"camera frame {frame_id} against the publisher's: face differs by {face:.1f}, the rest by {rest:.1f}")
+    # Swapped: the camera's frame differs from the publisher's in the face, hardly anywhere else.
+    frame_id = read_stamp(local)
+    assert frame_id is not None
+    sent = clip.frames[frame_id % len(clip.frames)]
+    face, rest = face_and_rest_diff(local, sent, clip_faces[frame_id % len(clip_faces)])
+    assert face > 12 and face > 3 * rest, (face, rest)
+    print(f"camera frame {frame_id} against the publisher's: face differs by {face:.1f}, the rest by {rest:.1f}")
 
-        for side, label in (("local", "publisher -> getUserMedia track"), ("far", "publisher -> far side")):
-            shown = first_seen(call[side]["frames"])
-            latencies = [(at - sent_at[i]) * 1000.0 for i, at in shown.items() if i in sent_at]
-            print(f"glass-to-glass, {label} (rendered): {percentiles(latencies)}")
-    finally:
-        page.close()
+    for side, label in (("local", "publisher -> getUserMedia track"), ("far", "publisher -> far side")):
+        shown = first_seen(call[side]["frames"])
+        latencies = [(at - sent_at[i]) * 1000.0 for i, at in shown.items() if i in sent_at]
+        print(f"glass-to-glass, {label} (rendered): {percentiles(latencies)}")
 
 
 def test_a_dropped_viewer_reconnects_on_the_same_track_and_stopping_it_ends_the_viewer(rig: Rig) -> None:
-    page = rig.call_page()
-    try:
-        assert page.evaluate("openCamera('swapcast-camera')")["ok"]
+    with rig.call_page(camera=True) as page:
         page.evaluate("startCall()")
         page.wait_for_function("() => call.far.frames.length >= 10", timeout=60_000)
         (viewer,) = rig.viewers()
         # The server ends the viewer (as a restart or a network drop would): the link connects again by itself.
-        url = f"{rig.server.base_url}/v1/channels/{CHANNEL}/whep/{viewer['id']}"
-        assert httpx.delete(url, headers=bearer(rig.owner_key)).status_code == 200
+        assert httpx.delete(rig.viewer_url(viewer["id"]), headers=bearer(rig.owner_key)).status_code == 200
         page.wait_for_function("() => swapcastCamera.links()[0].connects >= 2", timeout=60_000)
         before = page.evaluate("call.far.frames.length")
         # The far side keeps receiving on the track it was given: no new getUserMedia, no renegotiation.
         page.wait_for_function(f"() => call.far.frames.length >= {before + 15}", timeout=60_000)
-        assert [v["id"] for v in rig.viewers()] != [viewer["id"]]
-
         (last,) = rig.viewers()
+        assert last["id"] != viewer["id"]
+
         page.evaluate("hangUp()")  # stops the tracks: the extension ends its viewer on the server
         assert wait_for(lambda: rig.viewers() == [], 10), rig.viewers()
-        assert rig.sent(page, "DELETE", f"{rig.server.base_url}/v1/channels/{CHANNEL}/whep/{last['id']}")
-    finally:
-        page.close()
+        assert rig.sent(page, "DELETE", rig.viewer_url(last["id"]))
 
 
 def test_leaving_the_page_ends_the_viewer(rig: Rig) -> None:
-    page = rig.call_page()
-    try:
-        assert page.evaluate("openCamera('swapcast-camera')")["ok"]
+    with rig.call_page(camera=True) as page:
         (viewer,) = rig.viewers()
         page.goto("about:blank")  # the tab navigates away without stopping the track
         assert wait_for(lambda: rig.viewers() == [], 10), rig.viewers()
-        assert rig.sent(page, "DELETE", f"{rig.server.base_url}/v1/channels/{CHANNEL}/whep/{viewer['id']}")
-    finally:
-        page.close()
+        assert rig.sent(page, "DELETE", rig.viewer_url(viewer["id"]))
 
 
 def test_the_sound_is_the_microphone_or_the_channels_as_chosen(rig: Rig) -> None:
     ask = "navigator.mediaDevices.getUserMedia({video: {deviceId: 'swapcast-camera'}, audio: true})"
-    describe = (
-        ".then((s) => [...s.getVideoTracks(), ...s.getAudioTracks()].map((t) => [t.kind, t.label, t.readyState]))"
-    )
-    page = rig.call_page()
-    try:
+    describe = ".then((s) => [...s.getVideoTracks(), ...s.getAudioTracks()].map((t) => [t.kind, t.label]))"
+    with rig.call_page() as page:
         tracks = page.evaluate(ask + describe)
-        assert tracks[0] == ["video", "swapcast", "live"] and len(tracks) == 2, tracks
-        assert tracks[1][0] == "audio" and tracks[1][1].startswith("Fake"), tracks  # Chromium's fake microphone
-    finally:
-        page.close()
-    assert rig.configure(rig.viewer_token, sound="channel").startswith("Saved.")
-    try:
-        page = rig.call_page()
-        try:
-            tracks = page.evaluate(ask + describe)
-            assert tracks == [["video", "swapcast", "live"], ["audio", "swapcast (channel sound)", "live"]], tracks
-        finally:
-            page.close()
-    finally:
-        assert rig.configure(rig.viewer_token).startswith("Saved.")
+    assert tracks[0] == ["video", "swapcast"] and len(tracks) == 2, tracks
+    assert tracks[1][0] == "audio" and tracks[1][1].startswith("Fake"), tracks  # Chromium's fake microphone
+    with rig.configured(sound="channel"), rig.call_page() as page:
+        tracks = page.evaluate(ask + describe)
+    assert tracks == [["video", "swapcast"], ["audio", "swapcast (channel sound)"]], tracks
 
 
 def test_the_extension_holds_only_the_server_and_the_call_page(rig: Rig) -> None:
@@ -392,51 +388,36 @@ def test_the_extension_holds_only_the_server_and_the_call_page(rig: Rig) -> None
     scripts = rig.in_extension("chrome.scripting.getRegisteredContentScripts()")
     assert {(s["id"], s["world"]) for s in scripts} == {("swapcast-page", "MAIN"), ("swapcast-bridge", "ISOLATED")}
     assert all(s["matches"] == [f"{rig.page_origin}/*"] and s["runAt"] == "document_start" for s in scripts)
-    # The token stays in the extension: no message the page can read carries it, nor the server's address.
-    page = rig.call_page()
-    try:
-        assert page.evaluate("openCamera('swapcast-camera')")["ok"]
+    # The token stays in the extension: no message the page can read carries it.
+    with rig.call_page(camera=True) as page:
         messages = page.evaluate("call.messages")
-        assert any('"kind":"response"' in m for m in messages) and any('"kind":"config"' in m for m in messages)
-        assert not [m for m in messages if rig.viewer_token in m or "Bearer" in m]
         page.evaluate("hangUp()")
-    finally:
-        page.close()
+    assert any('"kind":"response"' in m for m in messages) and any('"kind":"config"' in m for m in messages)
+    assert not [m for m in messages if rig.viewer_token in m or "Bearer" in m]
+
+
+def refused_camera(rig: Rig, **changes: str) -> tuple[dict[str, Any], float]:
+    """What getUserMedia on the swapcast camera answers with `changes` to the options, and in how many seconds."""
+    with rig.configured(**changes), rig.call_page() as page:
+        started = time.monotonic()
+        answer = page.evaluate("openCamera('swapcast-camera')")
+        return answer, time.monotonic() - started
 
 
 def test_a_wrong_token_rejects_getusermedia_with_a_clear_message_in_bounded_time(rig: Rig) -> None:
-    assert rig.configure("vt_not-the-channels-token").startswith("Saved.")
-    try:
-        page = rig.call_page()
-        try:
-            started = time.monotonic()
-            refused = page.evaluate("openCamera('swapcast-camera')")
-            assert time.monotonic() - started < 25  # the extension's own bound is 20 s; a refusal comes at once
-            assert refused["ok"] is False and refused["name"] == "NotAllowedError", refused
-            assert refused["message"].startswith("swapcast: the server refused the viewer token"), refused
-            assert "401" in refused["message"] and f'channel "{CHANNEL}"' in refused["message"], refused
-            assert rig.viewers() == []
-        finally:
-            page.close()
-    finally:
-        assert rig.configure(rig.viewer_token).startswith("Saved.")
+    refused, seconds = refused_camera(rig, token="vt_not-the-channels-token")
+    assert seconds < 25  # the extension's own bound is 20 s; a refusal comes at once
+    assert refused["ok"] is False and refused["name"] == "NotAllowedError", refused
+    assert refused["message"].startswith("swapcast: the server refused the viewer token"), refused
+    assert "401" in refused["message"] and f'channel "{CHANNEL}"' in refused["message"], refused
+    assert rig.viewers() == []
 
 
 def test_a_server_that_never_answers_rejects_getusermedia_in_bounded_time(rig: Rig) -> None:
     # A path on the call page's own server (an origin the extension holds) that takes the offer and says nothing.
-    assert rig.configure(rig.viewer_token, server=f"{rig.page_origin}/hang").startswith("Saved.")
-    try:
-        page = rig.call_page()
-        try:
-            started = time.monotonic()
-            refused = page.evaluate("openCamera('swapcast-camera')")
-            assert time.monotonic() - started < HANG_S  # the extension gave up first
-            assert refused["ok"] is False and refused["name"] == "NotReadableError", refused
-            assert refused["message"] == (
-                f'swapcast: cannot reach the server ({rig.page_origin}/hang, channel "{CHANNEL}"): '
-                "no answer within 10 s"
-            )
-        finally:
-            page.close()
-    finally:
-        assert rig.configure(rig.viewer_token).startswith("Saved.")
+    refused, seconds = refused_camera(rig, server=f"{rig.page_origin}/hang")
+    assert seconds < HANG_S  # the extension gave up first
+    assert refused["ok"] is False and refused["name"] == "NotReadableError", refused
+    assert refused["message"] == (
+        f'swapcast: cannot reach the server ({rig.page_origin}/hang, channel "{CHANNEL}"): no answer within 10 s'
+    )

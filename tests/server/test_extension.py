@@ -124,12 +124,15 @@ class Rig:
     extension: str  # chrome-extension://ID
     requests: list[tuple[str, str]]  # (method, URL) of every request to the channel's WHEP URL
 
-    def configure(self, token: str | None = None, server: str | None = None, sound: str = "microphone") -> str:
+    def configure(
+        self, token: str | None = None, server: str | None = None, sound: str = "microphone", always: bool = False
+    ) -> str:
         """Saves the options as a user would (the form, then Save); the status line it ends with."""
         options = self.context.new_page()
         try:
             options.goto(f"{self.extension}/options.html")
             options.check(f"input[name=sound][value={sound}]")
+            options.set_checked("#always", always)
             options.fill("#server", server or self.server.base_url)
             options.fill("#channel", CHANNEL)
             options.fill("#token", token or self.viewer_token)
@@ -141,7 +144,7 @@ class Rig:
             options.close()
 
     @contextmanager
-    def configured(self, **changes: str) -> Iterator[None]:
+    def configured(self, **changes: Any) -> Iterator[None]:
         """The options saved with `changes` (see `configure`), and saved as before afterwards."""
         assert self.configure(**changes).startswith("Saved."), "the options were not saved"
         try:
@@ -378,6 +381,16 @@ def test_the_sound_is_the_microphone_or_the_channels_as_chosen(rig: Rig) -> None
     with rig.configured(sound="channel"), rig.call_page() as page:
         tracks = page.evaluate(ask + describe)
     assert tracks == [["video", "swapcast"], ["audio", "swapcast (channel sound)"]], tracks
+
+
+def test_any_camera_request_gets_swapcast_only_when_always_is_ticked(rig: Rig) -> None:
+    any_camera = "navigator.mediaDevices.getUserMedia({video: true}).then((s) => s.getVideoTracks()[0].label)"
+    with rig.call_page() as page:
+        assert page.evaluate(any_camera) == "fake_device_0"  # Chromium's own camera, as without the extension
+        assert page.evaluate("listCameras()")[-1]["label"] == "swapcast"
+    with rig.configured(always=True), rig.call_page() as page:
+        assert page.evaluate(any_camera) == "swapcast"
+        assert page.evaluate("listCameras()")[0]["label"] == "swapcast"  # first: the one a page picks by default
 
 
 def test_the_extension_holds_only_the_server_and_the_call_page(rig: Rig) -> None:

@@ -21,9 +21,12 @@ async function reasonOf(response) {
   return text.slice(0, DETAIL_MAX) || response.statusText;
 }
 
+// A request that got no answer: timed out, or the network's reason ("Failed to fetch": refused, no route, DNS).
 function failure(error) {
-  const reason = error && error.name === "TimeoutError" ? `no answer within ${REQUEST_TIMEOUT_MS / 1000} s` : String(error && error.message || error);
-  return { ok: false, status: 0, reason };
+  if (error && error.name === "TimeoutError") {
+    return { ok: false, status: 0, reason: `no answer within ${REQUEST_TIMEOUT_MS / 1000} s` };
+  }
+  return { ok: false, status: 0, reason: String((error && error.message) || error) };
 }
 
 async function offer(sdp) {
@@ -39,7 +42,9 @@ async function offer(sdp) {
       body: sdp,
       signal: AbortSignal.timeout(REQUEST_TIMEOUT_MS),
     });
-    if (response.status !== 201) return { ...base, ok: false, status: response.status, reason: await reasonOf(response) };
+    if (response.status !== 201) {
+      return { ...base, ok: false, status: response.status, reason: await reasonOf(response) };
+    }
     const location = response.headers.get("Location");
     const answer = await response.text();
     return { ...base, ok: true, status: 201, answer, resource: location ? new URL(location, url).href : null };

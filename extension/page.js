@@ -75,9 +75,12 @@
     const where = result.server ? ` (${result.server}, channel "${result.channel}")` : "";
     const reason = result.reason || "";
     if (result.status === 401) {
-      return refusal("NotAllowedError", `the server refused the viewer token${where}: 401 ${reason}; check the token in the extension's options`);
+      const fix = "check the token in the extension's options";
+      return refusal("NotAllowedError", `the server refused the viewer token${where}: 401 ${reason}; ${fix}`);
     }
-    if (result.status === 403) return refusal("NotAllowedError", `the server refused the request${where}: 403 ${reason}`);
+    if (result.status === 403) {
+      return refusal("NotAllowedError", `the server refused the request${where}: 403 ${reason}`);
+    }
     if (result.status === 404) return refusal("NotFoundError", `no such channel${where}: 404 ${reason}`);
     if (result.status) return refusal("NotReadableError", `the server answered ${result.status}${where}: ${reason}`);
     return refusal("NotReadableError", `cannot reach the server${where}: ${reason}`);
@@ -275,7 +278,8 @@
           configurable: true,
           value: function () {
             const settings = getSettings.call(this);
-            return track.kind === "video" ? { ...settings, deviceId: DEVICE.deviceId, groupId: DEVICE.groupId } : settings;
+            if (track.kind !== "video") return settings;
+            return { ...settings, deviceId: DEVICE.deviceId, groupId: DEVICE.groupId };
           },
         },
       });

@@ -4,7 +4,8 @@ mouth interior and eye openings.
 
 Per face: dense landmarks on the target crop (one model pass: a fixed warp frames the crop as the landmark
 model wants), the piecewise-affine maps on a small grid (app.pipeline.mesh_warp), one remap of the source
-texture, colour matched to the target in LAB on thumbnails, and a blend through a mask defined in canonical
+texture, colour matched to the target in LAB on thumbnails (the statistics held steady per tracked face:
+app.pipeline.color_hold), and a blend through a mask defined in canonical
 texture space (brows to chin, inside the cheek silhouette) minus the target's mouth and eye openings.
 Measured by `swapcast bench-quality`; prototype figures are in docs/guides/files.md (Engines).
 """

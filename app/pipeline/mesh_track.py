@@ -11,6 +11,10 @@ A face's chain restarts from the tracker's points when there is none yet, when t
 drifted onto something else), or when the model's face score collapses (`collapsed`: the same frame is
 retried from the tracker's points and the caller asks for a detection). A face found from neither framing
 is covered by the face-lost policy (`unfound_as_lost`).
+
+A chain that starts (or restarts) settles on its first frame: the model, framed by the tracker's points, places
+the face about 2 px off where its own framing puts it, and a chain left to find that over the next frames slides
+the swapped face there; two more passes framed by the chain's own points find it at once (`settle_passes`).
 """
 
 from dataclasses import dataclass, replace

@@ -6,7 +6,10 @@ frame:
 
 - ``still``: the head does not move; only the sensor noise changes between frames;
 - ``slow``: a slow pan, zoom and roll;
-- ``fast``: a fast pan (for the lag of any smoothing).
+- ``fast``: a fast pan (for the lag of any smoothing);
+- ``near_still``: a head held still before a webcam, as a file brings it: the camera wanders a fraction of a
+  pixel per frame (a random walk) and zooms by a fraction of a percent, and the clip goes through H.264 at
+  CRF 12 and back (the codec's own frame-to-frame changes on top of the sensor noise).
 
 Per clip and engine:
 
@@ -24,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from app.media.clips import MotionClip, load_sample, make_motion_clip
+from app.media.clips import MotionClip, load_sample, make_motion_clip, through_h264
 from app.pipeline.pipeline import FramePipeline
 from app.pipeline.swap import PreparedSource
 from app.pipeline.timing import StageTimer
@@ -41,12 +44,16 @@ class ClipSpec:
     pan_px: float
     zoom: float
     rotate_deg: float
+    drift_px: float = 0.0  # the camera's random walk: each frame's step, standard deviation in pixels
+    crf: int | None = None  # through H.264 at this CRF and back (None: the frames as made)
 
 
+NEAR_STILL = ClipSpec("near_still", 45, 0.0, 0.002, 0.0, drift_px=0.03, crf=12)
 CLIPS = (
     ClipSpec("still", 45, 0.0, 0.0, 0.0),
     ClipSpec("slow", 90, 16.0, 0.06, 3.0),
     ClipSpec("fast", 30, 90.0, 0.0, 0.0),
+    NEAR_STILL,
 )
 
 
@@ -74,10 +81,11 @@ def face_clip(spec: ClipSpec, size: tuple[int, int] = (640, 480)) -> tuple[Motio
         pan_px=spec.pan_px,
         zoom=spec.zoom,
         rotate_deg=spec.rotate_deg,
+        drift_px=spec.drift_px,
         noise_sigma=NOISE_SIGMA,
         focus=(float(centre[0]), float(centre[1])),
     )
-    return clip, box, still
+    return (clip if spec.crf is None else through_h264(clip, spec.crf)), box, still
 
 
 def _region(clip: MotionClip, index: int, box: np.ndarray) -> tuple[slice, slice]:

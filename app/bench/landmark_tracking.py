@@ -24,7 +24,7 @@ import numpy as np
 from app.media.clips import MotionClip
 from app.pipeline.align import transform_points
 from app.pipeline.landmarks import FaceMeshLandmarker, Mesh, five_points
-from app.pipeline.mesh_track import MeshTracking, eye_distance
+from app.pipeline.mesh_track import MeshTrackConfig, MeshTracking, eye_distance
 from app.pipeline.track import FaceTracker, TrackerConfig
 from app.pipeline.types import Face
 
@@ -45,7 +45,10 @@ def run_meshes(
 ) -> LandmarkRun:
     """The first face's mesh in every frame of `clip`, detections used only when the tracker asks."""
     tracker = FaceTracker(TrackerConfig(detect_interval=detect_interval))
-    tracking = MeshTracking(landmarker)
+    # Unchained runs frame every crop from the tracker's points in one pass: a chain's settling passes on its first
+    # frame would make each of their frames a short chain.
+    config = MeshTrackConfig() if chained else MeshTrackConfig(settle_passes=0)
+    tracking = MeshTracking(landmarker, config)
     meshes: list[Mesh | None] = []
     detected = 0
     for frame, found in zip(clip.frames, detections, strict=True):
@@ -53,7 +56,7 @@ def run_meshes(
         detected += due
         faces = tracker.update(found if due else None)
         if not chained:
-            tracking = MeshTracking(landmarker)
+            tracking = MeshTracking(landmarker, config)
         _, frame_meshes = tracking.follow([frame], [faces[:1]])
         if tracking.collapsed:
             tracker.request_detection()

@@ -93,6 +93,7 @@ def flicker_figures(rows: list[dict[str, Any]]) -> dict[str, float]:
     by_clip = {row["clip"]: row for row in rows if row["landmarks"] != "raw"}
     return {
         "still_flicker_ratio": by_clip["still"]["flicker_ratio"],
+        "near_still_flicker_ratio": by_clip["near_still"]["flicker_ratio"],
         "still_jitter_px": by_clip["still"]["jitter_px"],
         "slow_jitter_px": by_clip["slow"]["jitter_px"],
         "fast_lag_frames": by_clip["fast"]["lag_frames"],

@@ -51,6 +51,7 @@ OCCLUSION = (
 )
 FLICKER = (
     RowSpec("flicker", "still_flicker_ratio", "flicker ratio, still clip", Target("<=", 1.2)),
+    RowSpec("flicker", "near_still_flicker_ratio", "flicker ratio, near-still H.264 clip", Target("<=", 1.2)),
     RowSpec("flicker", "still_jitter_px", "jitter px, still clip", None),
     RowSpec("flicker", "slow_jitter_px", "jitter px, slow clip", None),
     RowSpec("flicker", "fast_lag_frames", "lag frames, fast clip", Target("<=", 1.0)),

@@ -1,11 +1,12 @@
 """Test clips made from real face photos, with the motion of every frame known exactly.
 
 `make_motion_clip` moves a still photo through a virtual camera: a smooth pan, a slow zoom in
-and out, a small rotation, optional per-frame jitter and sensor-like noise. Each frame comes
-with the 2x3 affine matrix that maps the still's pixel coordinates into that frame, so a
+and out, a small rotation, optional per-frame jitter or drift and sensor-like noise. Each frame
+comes with the 2x3 affine matrix that maps the still's pixel coordinates into that frame, so a
 landmark found once on the still has a known position in every frame. `write_clip` turns such
-a clip into an H.264 file with a test tone, and `sample_faces` finds face photos that the
-installed packages ship, so the clips need nothing downloaded.
+a clip into an H.264 file with a test tone (`through_h264`: and back, as a camera's file
+arrives), and `sample_faces` finds face photos that the installed packages ship, so the clips
+need nothing downloaded.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import glob
 import importlib.util
 import math
 import os
+import tempfile
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
@@ -25,7 +27,7 @@ import numpy as np
 import numpy.typing as npt
 
 from app.errors import UserError
-from app.media.video_file import OUTPUT_FORMATS, check_writable_destination, read_image
+from app.media.video_file import OUTPUT_FORMATS, check_writable_destination, read_frames, read_image
 from app.pipeline.types import Image, Matrix
 from engines.atomic import atomic_path
 
@@ -112,6 +114,7 @@ def make_motion_clip(
     zoom: float = 0.15,
     rotate_deg: float = 6.0,
     jitter_px: float = 0.0,
+    drift_px: float = 0.0,
     noise_sigma: float = 0.0,
     seed: int = 0,
     focus: tuple[float, float] | None = None,
@@ -121,10 +124,11 @@ def make_motion_clip(
     Over the clip the camera pans one sinusoidal loop of amplitude `pan_px` (half that
     vertically, at twice the rate), zooms in by `zoom` (0.15 = 15 % closer) and back out, and
     rolls by up to `rotate_deg` each way. `jitter_px` adds a random per-frame shift (standard
-    deviation, pixels) and `noise_sigma` Gaussian pixel noise (grey levels). `focus` = (x, y) is
-    the point of the still kept at the frame centre (give a face's centre to keep it in view;
-    the still's centre by default). The still is scaled just enough to fill every frame with no
-    border. Same arguments, same clip.
+    deviation, pixels), `drift_px` a random walk of the camera (each frame's step has this
+    standard deviation, pixels: the slow wander of a camera on a desk) and `noise_sigma` Gaussian
+    pixel noise (grey levels). `focus` = (x, y) is the point of the still kept at the frame centre
+    (give a face's centre to keep it in view; the still's centre by default). The still is scaled
+    just enough to fill every frame with no border. Same arguments, same clip.
     """
     if frames < 1:
         raise ValueError("frames must be at least 1")
@@ -143,6 +147,8 @@ def make_motion_clip(
     offsets = np.stack([pan_px * np.sin(phase), 0.5 * pan_px * np.sin(2 * phase)], axis=1)
     if jitter_px > 0:
         offsets = offsets + rng.normal(0.0, jitter_px, size=(frames, 2))
+    if drift_px > 0:
+        offsets = offsets + np.cumsum(rng.normal(0.0, drift_px, size=(frames, 2)), axis=0)
     zooms = 1.0 + zoom * np.sin(phase / 2) ** 2
     angles = np.deg2rad(rotate_deg) * np.sin(phase)
 
@@ -240,6 +246,18 @@ def write_clip(
                 aframe.time_base = Fraction(1, audio_rate)
                 out.mux(audio.encode(aframe))
             out.mux(audio.encode(None))
+
+
+def through_h264(clip: MotionClip, crf: int = 12) -> MotionClip:
+    """`clip` as a player gets it back from an H.264 file (yuv420p at `crf`): the codec's own frame-to-frame
+    changes (a still scene's noise is coded differently in every frame) on top of the camera's."""
+    with tempfile.TemporaryDirectory(prefix="swapcast-clip-") as folder:
+        path = Path(folder) / "clip.mp4"
+        write_clip(clip, path, audio_tone_hz=None, crf=crf)
+        frames = list(read_frames(path))
+    if len(frames) != len(clip):
+        raise ValueError(f"the H.264 round trip gave {len(frames)} frames for {len(clip)}")
+    return MotionClip(frames=frames, matrices=list(clip.matrices), fps=clip.fps)
 
 
 # --------------------------------------------------------------------------------------------

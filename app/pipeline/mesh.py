@@ -4,7 +4,8 @@ mouth interior and eye openings.
 
 Per face: dense landmarks on the target crop (one model pass: a fixed warp frames the crop as the landmark
 model wants), the piecewise-affine maps on a small grid (app.pipeline.mesh_warp), one remap of the source
-texture, colour matched to the target in LAB on thumbnails, and a blend through a mask defined in canonical
+texture, colour matched to the target in LAB on thumbnails (the statistics held steady per tracked face:
+app.pipeline.color_hold), and a blend through a mask defined in canonical
 texture space (brows to chin, inside the cheek silhouette) minus the target's mouth and eye openings.
 Measured by `swapcast bench-quality`; prototype figures are in docs/guides/files.md (Engines).
 """
@@ -19,6 +20,7 @@ import numpy.typing as npt
 from app.errors import UserError
 from app.pipeline.align import AlignSpec, estimate_matrix, similarity_fit, transform_points, warp_crop
 from app.pipeline.color import STATS_SIZE, lab_stats, transfer_color_u8
+from app.pipeline.color_hold import ColorHold
 from app.pipeline.landmarks import CropLandmarks, FaceMeshLandmarker, Mesh, five_points
 from app.pipeline.mesh_track import MeshTracking
 from app.pipeline.mesh_warp import (
@@ -111,7 +113,9 @@ class MeshEngine:
         return [
             item.crop.copy()
             if mesh is None
-            else self.swap_one(item.crop, item.source.data, mesh, keep_mouth=keeps_mouth(item, self.mouth_default))
+            else self.swap_one(
+                item.crop, item.source.data, mesh, keep_mouth=keeps_mouth(item, self.mouth_default), color=item.color
+            )
             for item, mesh in zip(batch, meshes, strict=True)
         ]
 
@@ -123,9 +127,10 @@ class MeshEngine:
         timer: StageTimer | None = None,
         *,
         keep_mouth: bool | None = None,
+        color: ColorHold | None = None,
     ) -> Image:
         """`timer` (benchmarks): time each step as its own stage. `keep_mouth`: the target's lips too (None: the
-        configured default)."""
+        configured default). `color`: the face's colour statistics held from its previous frames (None: afresh)."""
 
         def step(name: str) -> AbstractContextManager[None]:
             return timer.stage(f"mesh_{name}") if timer is not None else nullcontext()
@@ -153,7 +158,7 @@ class MeshEngine:
             source_xy = upsample(np.dstack([maps.source_x, maps.source_y]), size)[y0:y1, x0:x1]
             warped = cv2.remap(texture, source_xy, None, cv2.INTER_LINEAR, borderMode=cv2.BORDER_REPLICATE)
         with step("colour_blend"):
-            return self._blend(target, np.asarray(warped, np.uint8), full_mask[y0:y1, x0:x1], box)
+            return self._blend(target, np.asarray(warped, np.uint8), full_mask[y0:y1, x0:x1], box, color)
 
     def _holes(self, mesh: Mesh) -> npt.NDArray[np.float32]:
         """Where the target shows through: its mouth opening, and its eye openings by `keep_eyes`."""
@@ -167,10 +172,15 @@ class MeshEngine:
         return np.asarray(cv2.GaussianBlur(mask, (0, 0), sigmaX=sigma, sigmaY=sigma), np.float32)
 
     def _blend(
-        self, target: Image, face: Image, alpha: npt.NDArray[np.float32], box: tuple[int, int, int, int]
+        self,
+        target: Image,
+        face: Image,
+        alpha: npt.NDArray[np.float32],
+        box: tuple[int, int, int, int],
+        color: ColorHold | None = None,
     ) -> Image:
         """Colour-match the warped `face` (the mask's `box` of the crop) to `target` under the mask `alpha`, then
-        blend it into the box."""
+        blend it into the box; `color` holds the statistics steady from frame to frame."""
         y0, y1, x0, x1 = box
         under = np.ascontiguousarray(target[y0:y1, x0:x1])
         if self.config.color_strength > 0:
@@ -182,6 +192,8 @@ class MeshEngine:
             low, high = face_stats[1] * GAIN_LIMITS[0], face_stats[1] * GAIN_LIMITS[1]
             spread = np.minimum(np.maximum(target_stats[1], low), high)
             target_stats = (target_stats[0], spread)
+            if color is not None:
+                face_stats, target_stats = color.steady(face_stats, target_stats)
             # In 8-bit LAB through a lookup table: a quarter of the float conversion's time, a fifth of a grey
             # level from it on average (3 at the 99.9th percentile) on the sample faces.
             face = transfer_color_u8(face, face_stats, target_stats, self.config.color_strength)

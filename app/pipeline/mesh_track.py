@@ -11,6 +11,10 @@ A face's chain restarts from the tracker's points when there is none yet, when t
 drifted onto something else), or when the model's face score collapses (`collapsed`: the same frame is
 retried from the tracker's points and the caller asks for a detection). A face found from neither framing
 is covered by the face-lost policy (`unfound_as_lost`).
+
+A chain that starts (or restarts) settles on its first frame: the model, framed by the tracker's points, places
+the face about 2 px off where its own framing puts it, and a chain left to find that over the next frames slides
+the swapped face there; two more passes framed by the chain's own points find it at once (`settle_passes`).
 """
 
 from dataclasses import dataclass, replace
@@ -31,6 +35,10 @@ class MeshTrackConfig:
     # Centre-to-centre distance between the chain's five points and the tracker's, in eye distances, beyond
     # which the tracker is believed: far above the 0.03-0.09 the two differ by on the same face.
     max_disagreement: float = 0.5
+    # Extra passes on a chain's first frame, each framed by the previous pass's own points: the model frames a
+    # face a little differently from the detector, and a chain started from the detector's points would
+    # otherwise settle onto its own framing over the next few frames, the swapped face sliding as it does.
+    settle_passes: int = 2
 
 
 def eye_distance(points: np.ndarray) -> float:
@@ -78,6 +86,9 @@ class MeshTracking:
             retry = [i for i, face in enumerate(frame_faces) if found[i] is None and seeds[i] is not face.landmarks]
             for i, again in zip(retry, self._landmarks(frame, [frame_faces[i].landmarks for i in retry]), strict=True):
                 found[i] = again
+            # Chains framed by the tracker's points on this frame (new, restarted or retried) settle first.
+            fresh = [i for i, face in enumerate(frame_faces) if seeds[i] is face.landmarks or i in retry]
+            self._settle(frame, found, fresh)
             moved: list[Face] = []
             meshes: list[Mesh | None] = []
             for face, mesh in zip(frame_faces, found, strict=True):
@@ -93,6 +104,18 @@ class MeshTracking:
             out_faces.append(moved)
             out_meshes.append(meshes)
         return out_faces, out_meshes
+
+    def _settle(self, frame: Image, found: list[Mesh | None], fresh: list[int]) -> None:
+        """Re-find the meshes of chains that start on this frame (`fresh` indexes `found`) from their own points,
+        `settle_passes` times; a pass that loses the face keeps the one before."""
+        for _ in range(self.config.settle_passes):
+            ready = [i for i in fresh if found[i] is not None]
+            if not ready:
+                return
+            seeds = [five_points(found[i]) for i in ready]  # type: ignore[arg-type]
+            for i, again in zip(ready, self._landmarks(frame, seeds), strict=True):
+                if again is not None:
+                    found[i] = again
 
     def _landmarks(self, frame: Image, seeds: list[np.ndarray]) -> list[Mesh | None]:
         """Meshes in frame pixels, each found on a crop framed by its five `seeds` points."""

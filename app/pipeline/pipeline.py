@@ -218,8 +218,16 @@ class FramePipeline:
         with timer.stage("swap"):
             tracked = meshes or [None] * len(aligned)  # in the crops' pixels where the landmarks were tracked
             keep_mouth = tracker.keep_mouth if tracker is not None else None
+            if tracker is not None:
+                tracker.colors.forget_except({face.track_id for faces in located for face in faces})
             swap_items = [
-                SwapItem(a.crop, s, None if mesh is None else mesh_in(mesh, a.matrix), keep_mouth)
+                SwapItem(
+                    a.crop,
+                    s,
+                    None if mesh is None else mesh_in(mesh, a.matrix),
+                    keep_mouth,
+                    None if tracker is None else tracker.colors.get(a.face.track_id),
+                )
                 for a, s, mesh in zip(aligned, face_sources, tracked, strict=True)
             ]
             swapped = self.stages.swap.process(swap_items, session=session)

@@ -12,6 +12,7 @@ from onnx import numpy_helper
 from app.errors import ModelError
 from app.pipeline.align import AlignSpec, estimate_matrix, warp_crop
 from app.pipeline.color import thumbnail_stats, transfer_color_u8
+from app.pipeline.color_hold import ColorHold
 from app.pipeline.recognize import ArcFaceRecognizer
 from app.pipeline.stage import DEFAULT_SESSION
 from app.pipeline.types import Face, Image
@@ -39,6 +40,9 @@ class SwapItem:
     # Keep the target's own mouth (app.pipeline.mouth), for engines that can: None is the engine's default (the
     # server's setting). Per item, so one shared engine serves streams with and without it.
     keep_mouth: bool | None = None
+    # The face's colour statistics as the engine applied them in its previous frames (app.pipeline.color_hold), for
+    # engines that match colour themselves; None: matched afresh (a still photo, an untracked face).
+    color: ColorHold | None = None
 
 
 class SwapEngine(Protocol):

@@ -18,6 +18,7 @@ import cv2
 import numpy as np
 
 from app.names import FaceLostPolicy
+from app.pipeline.color_hold import ColorHolds
 from app.pipeline.mesh_track import MeshTracking
 from app.pipeline.occlusion import HandTracking
 from app.pipeline.paste import PasteItem
@@ -169,6 +170,7 @@ class FaceTracker:
         self.occlusion = True  # this stream keeps hands in front (where the pipeline has the stage); users switch it
         self.keep_mouth: bool | None = None  # this stream keeps the target's mouth (None: the server's setting)
         self.smoother: LandmarkSmoother | None = None  # its faces' landmark filters, when they are smoothed
+        self.colors = ColorHolds()  # its faces' colour statistics as the swap engine applied them
 
     # When to detect: decided here only; the pipeline (files, batches) and live streams ask.
     def needs_detection(self, frame: Image, offset: int = 0) -> bool:

@@ -38,3 +38,33 @@ def test_faces_are_forgotten_when_their_track_ends() -> None:
     smoother.smooth(2, np.zeros((468, 2), np.float32), 50.0)
     smoother.forget_except({2})
     assert set(smoother.states) == {2}
+
+
+def test_the_dead_band_holds_a_still_face_where_the_filter_alone_wanders() -> None:
+    path = np.zeros((90, 2))
+    banded = _run(LandmarkSmoother(), path, noise=0.3)
+    plain = _run(LandmarkSmoother(SmoothingConfig(dead_band=0.0)), path, noise=0.3)
+
+    def moving(points: np.ndarray) -> float:
+        return float(np.abs(np.diff(points[10:], axis=0)).sum(axis=2).mean())
+
+    assert moving(banded) < 0.2 * moving(plain)
+    # Never further from the face than the band (0.005 of the 50 px eye distance) and the filter's own wander.
+    assert float(np.abs(banded[10:]).max()) <= float(np.abs(plain[10:]).max()) + 0.25 + 1e-6
+
+
+def test_the_dead_band_follows_a_move_within_the_band_and_closes_on_a_moving_face() -> None:
+    config = SmoothingConfig()
+    band_px = config.dead_band * 50.0
+    # A still face that then steps 3 px aside and stays: shown within the band of it a few frames on.
+    step = np.concatenate([np.zeros((20, 2)), np.tile([3.0, 0.0], (40, 1))])
+    shown = _run(LandmarkSmoother(config), step, noise=0.0).mean(axis=1)
+    assert np.all(np.abs(shown[35:, 0] - 3.0) <= band_px + 1e-3)
+    # A face moving steadily (an eye distance in two seconds): the band closes, shown where the filter has it.
+    smoother = LandmarkSmoother(config)
+    base = np.random.default_rng(1).uniform(0, 100, size=(468, 2))
+    for t in range(40):
+        out = smoother.smooth(1, (base + [t * 50.0 / 60.0, 0.0]).astype(np.float32), scale=50.0)
+    state = smoother.states[1]
+    assert state.speed > config.band_release
+    assert np.allclose(out, state.points, atol=1e-4)

@@ -91,6 +91,7 @@ def test_the_engine_option_takes_both_or_a_repeated_name() -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.alone
 @pytest.mark.skipif(readers_unavailable() is not None, reason=f"readers cannot run here: {readers_unavailable()}")
 def test_a_short_run_measures_every_cell_on_a_real_server(tmp_path: Path) -> None:
     from app.bench.egress_cost import EgressConfig, run_egress_bench

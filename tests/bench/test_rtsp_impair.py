@@ -66,6 +66,7 @@ def longest_gap(times: list[float], since: float) -> tuple[float, float]:
 
 @needs_rtsp
 @pytest.mark.slow
+@pytest.mark.alone
 def test_rtp_over_udp_goes_through_the_relays_and_an_outage_stops_it_until_the_link_is_back() -> None:
     decoded, applied, proxy, state = asyncio.run(pull_through_an_outage("udp"))
     counters = proxy.counters()
@@ -81,6 +82,7 @@ def test_rtp_over_udp_goes_through_the_relays_and_an_outage_stops_it_until_the_l
 
 @needs_rtsp
 @pytest.mark.slow
+@pytest.mark.alone
 def test_interleaved_rtp_over_tcp_is_held_through_an_outage_and_then_delivered() -> None:
     decoded, applied, proxy, state = asyncio.run(pull_through_an_outage("tcp"))
     counters = proxy.counters()

@@ -293,6 +293,7 @@ def test_clients_that_come_right_after_each_other_are_served(
 
 
 @pytest.mark.slow
+@pytest.mark.alone
 @needs_rtsp
 def test_ingest_processes_and_republishes(server: RtspServer, clip: MotionClip) -> None:
     source = server.publish("camera", 640, 480, FPS)

@@ -43,6 +43,7 @@ def serve_maps(model_root: Path, tmp_path: Path, allocator: str) -> tuple[str, l
 
 
 @pytest.mark.slow
+@pytest.mark.alone
 @needs_jemalloc
 @pytest.mark.parametrize("allocator", ["jemalloc", "auto"])
 def test_serve_reexecutes_itself_with_jemalloc(model_root: Path, tmp_path: Path, allocator: str) -> None:
@@ -54,6 +55,7 @@ def test_serve_reexecutes_itself_with_jemalloc(model_root: Path, tmp_path: Path,
 
 
 @pytest.mark.slow
+@pytest.mark.alone
 def test_serve_keeps_the_system_allocator_when_told(model_root: Path, tmp_path: Path) -> None:
     maps, lines = serve_maps(model_root, tmp_path, "system")
     assert "libjemalloc" not in maps

@@ -63,6 +63,7 @@ async def stream(
 
 
 @pytest.mark.slow
+@pytest.mark.alone
 @pytest.mark.usefixtures("steady_collector")
 def test_audio_comes_back_in_sync_with_the_video_as_the_engine_slows_down(
     tmp_path: Path, pipeline_factory: Callable[[PipelineSettings], FramePipeline], tom_png: bytes

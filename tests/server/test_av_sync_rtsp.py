@@ -49,6 +49,7 @@ async def pull_phases(base_url: str, identity: str, phases: list[Callable[[], No
 
 
 @pytest.mark.slow
+@pytest.mark.alone
 @pytest.mark.usefixtures("steady_collector")
 def test_the_rtsp_output_carries_the_audio_in_sync_as_the_engine_slows_down(
     tmp_path: Path, pipeline_factory: Callable[[PipelineSettings], FramePipeline], tom_png: bytes

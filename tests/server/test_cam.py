@@ -40,6 +40,7 @@ def slow_camera(tmp_path_factory: pytest.TempPathFactory, clip: MotionClip) -> t
 
 
 @pytest.mark.slow
+@pytest.mark.alone
 def test_the_swapped_camera_reaches_the_sink_stamped_in_order_and_at_the_camera_rate(
     server: RunningServer,
     tom_png: bytes,

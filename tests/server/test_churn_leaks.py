@@ -65,6 +65,7 @@ def test_a_viewer_negotiated_while_its_output_ends_is_refused(server: RunningSer
 
 
 @pytest.mark.slow
+@pytest.mark.alone
 def test_sessions_and_viewers_that_leave_leave_nothing_alive(
     server: RunningServer, tom_png: bytes, clip: MotionClip
 ) -> None:

@@ -14,6 +14,7 @@ from app.commands import bench_network
 
 
 @pytest.mark.slow
+@pytest.mark.alone
 def test_sessions_through_an_impaired_relay_are_measured_against_the_clean_one(model_root: Path) -> None:
     config = NetworkBenchConfig(
         profiles=("loss5", "outage3"), seconds=6.0, warmup=1.0, engine="passthrough", resolution="480p"
@@ -62,6 +63,7 @@ def test_sessions_through_an_impaired_relay_are_measured_against_the_clean_one(m
 
 
 @pytest.mark.slow
+@pytest.mark.alone
 def test_a_whep_viewer_through_the_relay_gets_fresh_frames_after_an_outage(model_root: Path) -> None:
     """The viewer's receivers give up lost packets as the server's do (as a browser does); the keyframe it
     then asks for reaches the shared encode (aiortc's sender alone forgets it)."""
@@ -89,6 +91,7 @@ def test_a_whep_viewer_through_the_relay_gets_fresh_frames_after_an_outage(model
 
 
 @pytest.mark.slow
+@pytest.mark.alone
 def test_heavy_loss_on_the_return_brings_the_servers_rate_down(
     model_root: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -132,6 +135,7 @@ def test_the_command_knows_the_benchmarks_profiles_and_refuses_others(capsys: py
 
 
 @pytest.mark.slow
+@pytest.mark.alone
 def test_an_rtsp_ingest_stream_is_measured_through_the_rtsp_proxy_over_udp_and_tcp(model_root: Path) -> None:
     """Its source pulled over UDP (RTP through the proxy's relays) and over TCP (interleaved on the proxied
     connection), clean and through a 3 s outage; loose bounds for a loaded 2-core machine."""

@@ -19,6 +19,7 @@ needs_rtsp = pytest.mark.skipif(UNAVAILABLE is not None, reason=f"GStreamer RTSP
 
 
 @pytest.mark.slow
+@pytest.mark.alone
 def test_tiny_benchmark_measures_echo_and_our_server(model_root: Path) -> None:
     config = ServerBenchConfig(
         seconds=1.0,
@@ -53,6 +54,7 @@ def test_tiny_benchmark_measures_echo_and_our_server(model_root: Path) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.alone
 @needs_rtsp
 def test_mesh_and_rtsp_ingest_cells_measure_frames_that_flowed(store: ModelStore) -> None:
     store.ensure("face_mesh_468")  # the mesh server finds its landmark model imported
@@ -82,6 +84,7 @@ def test_mesh_and_rtsp_ingest_cells_measure_frames_that_flowed(store: ModelStore
 
 
 @pytest.mark.slow
+@pytest.mark.alone
 def test_the_servers_can_run_in_the_benchmarks_own_process(model_root: Path) -> None:
     config = ServerBenchConfig(
         seconds=1.0,

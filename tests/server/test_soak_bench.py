@@ -15,6 +15,7 @@ KINDS = ("session", "whep", "rtsp_stream", "rtsp_channel")
 
 
 @pytest.mark.slow
+@pytest.mark.alone
 def test_a_short_soak_returns_to_its_baseline_once_the_clients_leave(model_root: Path) -> None:
     config = SoakConfig(
         minutes=1.0, hold_s=12.0, pause_s=2.0, window_s=20.0, sample_s=2.0, settle_s=12.0, engine="passthrough"

@@ -68,6 +68,7 @@ async def view(base_url: str, identity: str, viewers: int) -> tuple[list[Returne
 
 
 @pytest.mark.slow
+@pytest.mark.alone
 @pytest.mark.usefixtures("steady_collector")
 def test_viewers_hear_the_session_in_sync_with_its_video(
     tmp_path: Path, pipeline_factory: Callable[[PipelineSettings], FramePipeline], tom_png: bytes

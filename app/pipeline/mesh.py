@@ -31,7 +31,7 @@ from app.pipeline.mesh_warp import (
     hole_mask,
     mesh_maps,
     sample_uv_mask,
-    upsample,
+    upsample_box,
     uv_mask,
 )
 from app.pipeline.mouth import DEFAULT_AMOUNT, OUTER_LIPS, keeps_mouth, mouth_region
@@ -147,18 +147,17 @@ class MeshEngine:
             if self.mouth_default if keep_mouth is None else keep_mouth:
                 on_grid = (target_mesh[:, :2] + 0.5) / scale - 0.5
                 mask *= 1.0 - self.mouth_amount * mouth_region(on_grid, mask.shape[:2])
-            full_mask = upsample(mask, size)
-            box = mask_box(full_mask)
-        if box is None:
+            # The mask and both source coordinates upsampled together, only over the mask's box: nothing
+            # outside it is blended (app.pipeline.mesh_warp.upsample_box).
+            boxed = upsample_box(np.dstack([mask, maps.source_x, maps.source_y]), size)
+        if boxed is None:
             return target.copy()
-        y0, y1, x0, x1 = box
+        planes, box = boxed
         with step("remap"):
-            # Only the mask's box is read: nothing outside it is blended. Both coordinates in one two-channel
-            # map, upsampled in one call.
-            source_xy = upsample(np.dstack([maps.source_x, maps.source_y]), size)[y0:y1, x0:x1]
+            source_xy = np.ascontiguousarray(planes[..., 1:])
             warped = cv2.remap(texture, source_xy, None, cv2.INTER_LINEAR, borderMode=cv2.BORDER_REPLICATE)
         with step("colour_blend"):
-            return self._blend(target, np.asarray(warped, np.uint8), full_mask[y0:y1, x0:x1], box, color)
+            return self._blend(target, np.asarray(warped, np.uint8), np.ascontiguousarray(planes[..., 0]), box, color)
 
     def _holes(self, mesh: Mesh) -> npt.NDArray[np.float32]:
         """Where the target shows through: its mouth opening, and its eye openings by `keep_eyes`."""
@@ -203,15 +202,6 @@ class MeshEngine:
         return out
 
 
-def mask_box(mask: npt.NDArray[np.float32]) -> tuple[int, int, int, int] | None:
-    """The rows and columns (y0, y1, x0, x1) outside which `mask` is zero; None if it is zero everywhere."""
-    rows = np.flatnonzero(mask.max(axis=1) > 0)
-    if rows.size == 0:
-        return None
-    cols = np.flatnonzero(mask.max(axis=0) > 0)
-    return int(rows[0]), int(rows[-1]) + 1, int(cols[0]), int(cols[-1]) + 1
-
-
 _KEPT_IN_PLACE = np.array(
     sorted({*FACE_OVAL, *OUTER_LIPS, *MOUTH_OPENING, *LEFT_EYE_OPENING, *RIGHT_EYE_OPENING}), np.int64
 )
@@ -232,7 +222,16 @@ def shaped(target_mesh: np.ndarray, source_mesh: np.ndarray, amount: float) -> n
 
 
 def _thumbnail(image: np.ndarray) -> np.ndarray:
-    return np.asarray(cv2.resize(image, (STATS_SIZE, STATS_SIZE), interpolation=cv2.INTER_AREA))
+    """`image` area-averaged by the whole factor that leaves about STATS_SIZE pixels on its shorter side (a whole
+    factor is OpenCV's fast area path: 0.12 against 0.29 ms for a 200 px box's to a fixed 64×64); trailing rows
+    and columns the factor does not divide are left out (the mask's box edge, where the mask is near zero)."""
+    height, width = image.shape[:2]
+    factor = max(1, round(min(height, width) / STATS_SIZE))
+    if factor == 1:
+        return image
+    rows, cols = height // factor, width // factor
+    part = image[: rows * factor, : cols * factor]
+    return np.asarray(cv2.resize(part, (cols, rows), interpolation=cv2.INTER_AREA))
 
 
 def openness(mesh: np.ndarray) -> dict[str, float]:

@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 
 from app.pipeline.align import AlignSpec, estimate_matrix, warp_crop
-from app.pipeline.color import lab_stats, transfer_color
+from app.pipeline.color import STATS_SIZE, lab_stats, transfer_color
 from app.pipeline.detect import RetinaFaceDetector
 from app.pipeline.landmarks import FaceMeshLandmarker, face_geometry
-from app.pipeline.mesh import GAIN_LIMITS, MeshConfig, MeshEngine, _thumbnail
-from app.pipeline.mesh_warp import MeshMaps, _front_sign, mesh_maps, sample_uv_mask, upsample, uv_mask
+from app.pipeline.mesh import GAIN_LIMITS, MeshConfig, MeshEngine
+from app.pipeline.mesh_warp import MeshMaps, _front_sign, mesh_maps, sample_uv_mask, upsample, upsample_box, uv_mask
 from app.pipeline.types import Image
 from app.runtime.onnx import OnnxModel
 from engines.store import ModelStore
@@ -42,6 +42,10 @@ def reference_maps(target: np.ndarray, source: np.ndarray, grid: int, scale: flo
             mixed = w0 * corner_values[0, plane] + w1 * corner_values[1, plane] + w2 * corner_values[2, plane]
             planes[plane][gy[inside], gx[inside]] = mixed[inside]
     return MeshMaps(*planes)
+
+
+def _thumbnail(image: np.ndarray) -> np.ndarray:
+    return np.asarray(cv2.resize(image, (STATS_SIZE, STATS_SIZE), interpolation=cv2.INTER_AREA))
 
 
 def reference_swap(engine: MeshEngine, target: Image, record: np.ndarray, target_mesh: np.ndarray) -> Image:
@@ -141,3 +145,25 @@ def test_a_mesh_config_without_colour_transfer_blends_the_warped_face_as_it_is(
     out = plain.swap_one(target, source.data, mesh)
     coloured = engine.swap_one(target, source.data, mesh)
     assert np.any(out != target) and np.any(out != coloured)
+
+
+@pytest.mark.parametrize(("grid", "size"), [(144, 288), (96, 288), (100, 288)])
+def test_the_boxed_upsample_is_the_whole_upsample_over_the_weights_box(grid: int, size: int) -> None:
+    """Value for value where the weight is non-zero, and nothing non-zero left out; 100 → 288 is no whole
+    factor (the whole upsample, cut to the box)."""
+    rng = np.random.default_rng(5)
+    weight = np.zeros((grid, grid), np.float32)
+    weight[grid // 5 : grid * 3 // 4, grid // 4 : grid * 2 // 3] = rng.random((1, 1), np.float32) + 0.1
+    weight = np.asarray(cv2.GaussianBlur(weight, (0, 0), 2.0), np.float32)
+    weight[weight < 1e-3] = 0.0
+    others = rng.normal(100.0, 40.0, (grid, grid, 2)).astype(np.float32)
+    planes = np.dstack([weight, others])
+    boxed = upsample_box(planes, size)
+    assert boxed is not None
+    values, (y0, y1, x0, x1) = boxed
+    whole = np.asarray(cv2.resize(planes, (size, size), interpolation=cv2.INTER_LINEAR), np.float32)
+    rows, cols = np.flatnonzero(whole[..., 0].max(axis=1) > 0), np.flatnonzero(whole[..., 0].max(axis=0) > 0)
+    assert (y0, y1, x0, x1) == (rows[0], rows[-1] + 1, cols[0], cols[-1] + 1)
+    assert (y1 - y0) * (x1 - x0) < 0.6 * size * size
+    assert np.max(np.abs(values - whole[y0:y1, x0:x1])) <= 1e-4
+    assert upsample_box(np.zeros((grid, grid, 3), np.float32), size) is None

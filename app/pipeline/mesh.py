@@ -147,17 +147,16 @@ class MeshEngine:
             if self.mouth_default if keep_mouth is None else keep_mouth:
                 on_grid = (target_mesh[:, :2] + 0.5) / scale - 0.5
                 mask *= 1.0 - self.mouth_amount * mouth_region(on_grid, mask.shape[:2])
-            # The mask and both source coordinates upsampled together, only over the mask's box: nothing
-            # outside it is blended (app.pipeline.mesh_warp.upsample_box).
-            boxed = upsample_box(np.dstack([mask, maps.source_x, maps.source_y]), size)
+            # The mask and both source coordinates upsampled only over the mask's box: nothing outside it is
+            # blended (app.pipeline.mesh_warp.upsample_box).
+            boxed = upsample_box(mask, (maps.source_x, maps.source_y), size)
         if boxed is None:
             return target.copy()
-        planes, box = boxed
+        box, alpha, (source_x, source_y) = boxed
         with step("remap"):
-            source_xy = np.ascontiguousarray(planes[..., 1:])
-            warped = cv2.remap(texture, source_xy, None, cv2.INTER_LINEAR, borderMode=cv2.BORDER_REPLICATE)
+            warped = cv2.remap(texture, source_x, source_y, cv2.INTER_LINEAR, borderMode=cv2.BORDER_REPLICATE)
         with step("colour_blend"):
-            return self._blend(target, np.asarray(warped, np.uint8), np.ascontiguousarray(planes[..., 0]), box, color)
+            return self._blend(target, np.asarray(warped, np.uint8), alpha, box, color)
 
     def _holes(self, mesh: Mesh) -> npt.NDArray[np.float32]:
         """Where the target shows through: its mouth opening, and its eye openings by `keep_eyes`."""

@@ -204,35 +204,39 @@ def upsample(plane: FloatMap, size: int) -> FloatMap:
     return np.asarray(cv2.resize(plane, (size, size), interpolation=cv2.INTER_LINEAR), np.float32)
 
 
-def upsample_box(planes: FloatMap, size: int) -> tuple[FloatMap, tuple[int, int, int, int]] | None:
-    """`upsample` of the [grid, grid, C] `planes` only where the first, a weight, comes out non-zero: that box
-    (y0, y1, x0, x1) of the crop and the planes within it; None where the weight is zero throughout. With a
+def upsample_box(
+    weight: FloatMap, others: tuple[FloatMap, ...], size: int
+) -> tuple[tuple[int, int, int, int], FloatMap, list[FloatMap]] | None:
+    """`upsample` of the grid planes `weight` and `others` only where the upsampled weight is non-zero: that
+    box (y0, y1, x0, x1) of the crop and each plane within it; None where the weight is zero throughout. With a
     whole number of crop pixels per grid pixel, the upsampled block of the weight's grid box and one grid pixel
     around it is the whole upsample's there, value for value (each crop pixel reads the same two grid pixels
     with the same weights; where the block's edge clamps, both readings are zero weight), and a third to a
-    half of the crop is never made."""
-    grid = planes.shape[0]
-    weight = planes[..., 0]
+    half of the crop is never made. Plane by plane: OpenCV's resize of a multi-channel float image is no
+    faster, and numpy's copy of one channel out of it is slow."""
+    grid = weight.shape[0]
     rows = np.flatnonzero(weight.max(axis=1) > 0)
     if rows.size == 0:
         return None
     cols = np.flatnonzero(weight.max(axis=0) > 0)
     factor = size // grid
-    y0, y1, x0, x1 = 0, grid, 0, grid
     if factor * grid == size:
-        y0, y1 = max(0, int(rows[0]) - 1), min(grid, int(rows[-1]) + 2)
-        x0, x1 = max(0, int(cols[0]) - 1), min(grid, int(cols[-1]) + 2)
-    else:
-        factor = 1  # no exact block: the whole upsample (offsets below in crop pixels)
-    block = np.ascontiguousarray(planes[y0:y1, x0:x1]) if factor > 1 else planes
-    dsize = ((x1 - x0) * factor, (y1 - y0) * factor) if factor > 1 else (size, size)
-    up = np.asarray(cv2.resize(block, dsize, interpolation=cv2.INTER_LINEAR), np.float32)
-    y0, x0 = y0 * factor, x0 * factor
-    # The exact box of the non-zero upsampled weight within the block.
-    inside_rows = np.flatnonzero(up[..., 0].max(axis=1) > 0)
-    inside_cols = np.flatnonzero(up[..., 0].max(axis=0) > 0)
+        gy0, gy1 = max(0, int(rows[0]) - 1), min(grid, int(rows[-1]) + 2)
+        gx0, gx1 = max(0, int(cols[0]) - 1), min(grid, int(cols[-1]) + 2)
+    else:  # no exact block: the whole upsample, cut to the box below
+        gy0, gy1, gx0, gx1, factor = 0, size, 0, size, 1
+
+    def up(plane: FloatMap) -> FloatMap:
+        block = plane[gy0:gy1, gx0:gx1] if factor > 1 else plane
+        dsize = ((gx1 - gx0) * factor, (gy1 - gy0) * factor)
+        return np.asarray(cv2.resize(block, dsize, interpolation=cv2.INTER_LINEAR), np.float32)
+
+    upsampled = up(weight)
+    inside_rows = np.flatnonzero(upsampled.max(axis=1) > 0)
+    inside_cols = np.flatnonzero(upsampled.max(axis=0) > 0)
     r0, r1, c0, c1 = int(inside_rows[0]), int(inside_rows[-1]) + 1, int(inside_cols[0]), int(inside_cols[-1]) + 1
-    return up[r0:r1, c0:c1], (y0 + r0, y0 + r1, x0 + c0, x0 + c1)
+    box = (gy0 * factor + r0, gy0 * factor + r1, gx0 * factor + c0, gx0 * factor + c1)
+    return box, upsampled[r0:r1, c0:c1], [up(plane)[r0:r1, c0:c1] for plane in others]
 
 
 def sample_uv_mask(maps: MeshMaps, mask: FloatMap, edge_sigma: float = 1.5) -> FloatMap:

@@ -156,14 +156,16 @@ def test_the_boxed_upsample_is_the_whole_upsample_over_the_weights_box(grid: int
     weight[grid // 5 : grid * 3 // 4, grid // 4 : grid * 2 // 3] = rng.random((1, 1), np.float32) + 0.1
     weight = np.asarray(cv2.GaussianBlur(weight, (0, 0), 2.0), np.float32)
     weight[weight < 1e-3] = 0.0
-    others = rng.normal(100.0, 40.0, (grid, grid, 2)).astype(np.float32)
-    planes = np.dstack([weight, others])
-    boxed = upsample_box(planes, size)
+    others = tuple(rng.normal(100.0, 40.0, (2, grid, grid)).astype(np.float32))
+    boxed = upsample_box(weight, others, size)
     assert boxed is not None
-    values, (y0, y1, x0, x1) = boxed
-    whole = np.asarray(cv2.resize(planes, (size, size), interpolation=cv2.INTER_LINEAR), np.float32)
-    rows, cols = np.flatnonzero(whole[..., 0].max(axis=1) > 0), np.flatnonzero(whole[..., 0].max(axis=0) > 0)
+    (y0, y1, x0, x1), values, moved = boxed
+    for plane, got in zip((weight, *others), (values, *moved), strict=True):
+        whole = upsample(plane, size)
+        assert got.shape == (y1 - y0, x1 - x0)
+        assert np.max(np.abs(got - whole[y0:y1, x0:x1])) <= 1e-4
+    whole = upsample(weight, size)
+    rows, cols = np.flatnonzero(whole.max(axis=1) > 0), np.flatnonzero(whole.max(axis=0) > 0)
     assert (y0, y1, x0, x1) == (rows[0], rows[-1] + 1, cols[0], cols[-1] + 1)
     assert (y1 - y0) * (x1 - x0) < 0.6 * size * size
-    assert np.max(np.abs(values - whole[y0:y1, x0:x1])) <= 1e-4
-    assert upsample_box(np.zeros((grid, grid, 3), np.float32), size) is None
+    assert upsample_box(np.zeros((grid, grid), np.float32), others, size) is None

@@ -1,17 +1,17 @@
-"""The mesh engine's per-frame array work (row-span rasterising, one two-channel remap of the mask's box, colour
-moved in 8-bit LAB) gives what the straightforward formulation gives: the same maps, and a swapped face a fifth
-of a grey level from the float-LAB, whole-crop composition on average (3 levels at the 99.9th percentile) on
-the packaged faces."""
+"""The mesh engine's per-frame array work (row-span rasterising, the maps upsampled and remapped over the mask's
+box only, colour moved in 8-bit LAB) gives what the straightforward formulation gives: the same maps, and a
+swapped face a fifth of a grey level from the float-LAB, whole-crop composition on average (3 levels at the
+99.9th percentile) on the packaged faces."""
 
 import cv2
 import numpy as np
 import pytest
 
 from app.pipeline.align import AlignSpec, estimate_matrix, warp_crop
-from app.pipeline.color import STATS_SIZE, lab_stats, transfer_color
+from app.pipeline.color import lab_stats, transfer_color
 from app.pipeline.detect import RetinaFaceDetector
 from app.pipeline.landmarks import FaceMeshLandmarker, face_geometry
-from app.pipeline.mesh import GAIN_LIMITS, MeshConfig, MeshEngine
+from app.pipeline.mesh import GAIN_LIMITS, MeshConfig, MeshEngine, _thumbnail
 from app.pipeline.mesh_warp import MeshMaps, _front_sign, mesh_maps, sample_uv_mask, upsample, upsample_box, uv_mask
 from app.pipeline.types import Image
 from app.runtime.onnx import OnnxModel
@@ -42,10 +42,6 @@ def reference_maps(target: np.ndarray, source: np.ndarray, grid: int, scale: flo
             mixed = w0 * corner_values[0, plane] + w1 * corner_values[1, plane] + w2 * corner_values[2, plane]
             planes[plane][gy[inside], gx[inside]] = mixed[inside]
     return MeshMaps(*planes)
-
-
-def _thumbnail(image: np.ndarray) -> np.ndarray:
-    return np.asarray(cv2.resize(image, (STATS_SIZE, STATS_SIZE), interpolation=cv2.INTER_AREA))
 
 
 def reference_swap(engine: MeshEngine, target: Image, record: np.ndarray, target_mesh: np.ndarray) -> Image:

@@ -25,12 +25,12 @@ from app.pipeline.detect import DetectorConfig, RetinaFaceDetector
 from app.pipeline.landmarks import FaceMeshLandmarker
 from app.pipeline.mesh import MeshEngine
 from app.pipeline.mesh_track import MeshTracking, mesh_in
-from app.pipeline.paste import PasteBack, PasteConfig, PasteItem, changed_box
+from app.pipeline.paste import PasteBack, PasteConfig, PasteItem
 from app.pipeline.pipeline import FramePipeline, PipelineConfig
 from app.pipeline.swap import ClassicEngine, SwapItem
 from app.pipeline.timing import StageTimer, percentiles_ms
 from app.pipeline.track import TrackerConfig
-from app.pipeline.types import AlignedFace, Face, Image
+from app.pipeline.types import Face, Image
 from app.runtime.onnx import OnnxModel
 from engines.store import ModelStore
 
@@ -48,11 +48,6 @@ def face_frame(still: Image, face: Face, size: tuple[int, int], face_px: float) 
     centre = face.landmarks.mean(axis=0)
     matrix = np.array([[scale, 0, size[0] / 2 - scale * centre[0]], [0, scale, size[1] / 2 - scale * centre[1]]])
     return np.asarray(cv2.warpAffine(still, matrix, size, borderMode=cv2.BORDER_REFLECT), np.uint8)
-
-
-def paste_item(swapped: Image, aligned: AlignedFace) -> PasteItem:
-    """As the pipeline makes it: only the box of the crop the swap changed is pasted."""
-    return PasteItem(swapped, aligned.matrix, aligned.crop, changed=changed_box(swapped, aligned.crop))
 
 
 def _tracked_config(paste: PasteConfig) -> PipelineConfig:
@@ -91,7 +86,7 @@ def run_mesh_speed(store: ModelStore, runs: int = 60) -> dict[str, Any]:
             assert found is not None
             swapped = mesh.swap_one(aligned.crop, sources["mesh"].data, mesh_in(found, aligned.matrix), timer)
             with timer.stage("paste"):
-                pasters["mesh"].paste(frame, [paste_item(swapped, aligned)])
+                pasters["mesh"].paste(frame, [PasteItem(swapped, aligned.matrix, aligned.crop)])
             timer.add("total", time.thread_time() - cpu)
             walls["mesh"].append(time.perf_counter() - wall)
 
@@ -101,7 +96,7 @@ def run_mesh_speed(store: ModelStore, runs: int = 60) -> dict[str, Any]:
             with timer.stage("swap"):
                 (swapped,) = classic.process([SwapItem(aligned.crop, sources["classic"])])
             with timer.stage("paste"):
-                pasters["classic"].paste(frame, [paste_item(swapped, aligned)])
+                pasters["classic"].paste(frame, [PasteItem(swapped, aligned.matrix, aligned.crop)])
             timer.add("total", time.thread_time() - cpu)
             walls["classic"].append(time.perf_counter() - wall)
         per_face = {name: {**t.summary(), "wall_total": percentiles_ms(walls[name])} for name, t in timers.items()}

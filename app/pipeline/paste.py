@@ -16,7 +16,6 @@ from app.pipeline.color import STATS_SIZE, lab_stats, transfer_color_u8
 from app.pipeline.types import Image, Matrix
 
 MaskShape = Literal["box", "ellipse"]
-Box = tuple[int, int, int, int]
 
 
 @dataclass(frozen=True)
@@ -38,9 +37,6 @@ class PasteItem:
     # How much of each pixel of `swapped` the original frame keeps (float32 0..1, the crop's size): a hand in
     # front of the face (app.pipeline.occlusion); None: nothing in front.
     keep: np.ndarray | None = None
-    # The box (x0, y0, x1, y1) of `swapped` outside which it is `target` unchanged (`changed_box`): only that box
-    # is pasted, and the frame outside it is left as it was instead of being warped there and back. None: all.
-    changed: Box | None = None
 
 
 # The face proper in arcface_128 crops (eyes at y≈0.40, mouth at y≈0.72): brows to chin, cheek to cheek.
@@ -68,6 +64,9 @@ def feather_mask(size: int, shape: MaskShape, margin: float, feather: float) -> 
     return blurred
 
 
+Box = tuple[int, int, int, int]
+
+
 @lru_cache(maxsize=16)
 def mask_support(size: int, shape: MaskShape, margin: float, feather: float) -> Box:
     """The box (x0, y0, x1, y1) in the crop outside which `feather_mask` is zero: only its image in the frame
@@ -77,24 +76,6 @@ def mask_support(size: int, shape: MaskShape, margin: float, feather: float) -> 
     if rows.size == 0:
         return 0, 0, 0, 0
     return int(cols[0]), int(rows[0]), int(cols[-1]) + 1, int(rows[-1]) + 1
-
-
-def changed_box(swapped: Image, target: Image) -> Box | None:
-    """The box (x0, y0, x1, y1) outside which `swapped` equals `target` pixel for pixel ((0, 0, 0, 0) where they
-    are equal throughout); None where their sizes differ (a resized or super-resolved crop)."""
-    if swapped.shape != target.shape:
-        return None
-    channels = swapped.shape[2] if swapped.ndim == 3 else 1
-    # Channels side by side in one plane: the box of its non-zero bytes, columns then divided by the channels.
-    differs = cv2.absdiff(swapped, target).reshape(swapped.shape[0], -1)
-    x, y, width, height = cv2.boundingRect(differs)
-    if width == 0:
-        return 0, 0, 0, 0
-    return x // channels, y, -(-(x + width) // channels), y + height
-
-
-def _intersect(a: Box, b: Box) -> Box:
-    return max(a[0], b[0]), max(a[1], b[1]), min(a[2], b[2]), min(a[3], b[3])
 
 
 # Bilinear sampling reaches one pixel beyond a point, two in OpenCV's fixed-point coordinates: a box of the crop
@@ -155,10 +136,6 @@ class PasteBack:
         for item in items:
             size = item.swapped.shape[0]
             support = mask_support(size, self.config.mask, self.config.margin, self.config.feather)
-            if item.changed is not None:
-                support = _intersect(support, item.changed)
-                if support[2] <= support[0] or support[3] <= support[1]:
-                    continue  # the crop is the frame's own: nothing to paste
             region = crop_region(item.matrix, size, out.shape, support)
             if region is None:
                 continue
@@ -177,12 +154,6 @@ class PasteBack:
             mask = self._mask(size)[sy0:sy1, sx0:sx1]
             if item.keep is not None:
                 mask = mask * (1.0 - item.keep[sy0:sy1, sx0:sx1])
-            if item.changed is not None:
-                # Nothing beyond the changed box is blended; what sampling reads beyond it is still the crop, so
-                # its edge passes from the crop warped back (equal to the frame but for resampling) to the frame.
-                inside = np.zeros_like(mask)
-                inside[support[1] - sy0 : support[3] - sy0, support[0] - sx0 : support[2] - sx0] = 1.0
-                mask = mask * inside
             alpha = np.asarray(cv2.warpAffine(mask, inverse, dsize, flags=cv2.INTER_LINEAR), np.float32)
             roi = out[y0:y1, x0:x1]
             out[y0:y1, x0:x1] = cv2.blendLinear(face, roi, alpha, 1.0 - alpha)

@@ -25,7 +25,7 @@ from app.pipeline.live import LiveTracking
 from app.pipeline.mesh_track import MeshTracking, TracksLandmarks, eye_distance, mesh_in, unfound_as_lost
 from app.pipeline.mouth import KeepsMouth
 from app.pipeline.occlusion import HandFinder, HandTracking, Points, hand_mask
-from app.pipeline.paste import PasteBack, PasteConfig, PasteItem, changed_box
+from app.pipeline.paste import PasteBack, PasteConfig, PasteItem
 from app.pipeline.smoothing import LandmarkSmoother, SmoothingConfig
 from app.pipeline.stage import DEFAULT_SESSION, Stage
 from app.pipeline.swap import PreparedSource, SwapEngine, SwapItem
@@ -246,8 +246,8 @@ class FramePipeline:
             for face, crop, hand in zip(aligned, swapped, hands, strict=True):
                 item = self._paste_item(face, crop, hand)
                 items[face.frame_index].append(item)
-                if tracker is not None:  # frozen over a later frame, whose own crop it is not: pasted whole
-                    tracker.remember(face.face.track_id, replace(item, changed=None))
+                if tracker is not None:
+                    tracker.remember(face.face.track_id, item)
             images = self.paster.process(list(zip(frames, items, strict=True)))
         return [FrameResult(image, faces) for image, faces in zip(images, chosen, strict=True)]
 
@@ -367,7 +367,7 @@ class FramePipeline:
         keep = None
         if hand is not None and self.hands is not None:
             keep = hand_mask([hand], matrix, crop.shape[0], self.hands.config)
-        return PasteItem(crop, matrix, face.crop, keep, changed_box(crop, face.crop))
+        return PasteItem(crop, matrix, face.crop, keep)
 
     def swap_image(self, image: Image, source: FaceSources) -> FrameResult:
         return self.process([image], source)[0]

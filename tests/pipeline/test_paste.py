@@ -6,18 +6,8 @@ import pytest
 
 from app.bench.scenes import compose_scene
 from app.media.clips import make_motion_clip
-from app.pipeline.align import warp_crop
 from app.pipeline.detect import RetinaFaceDetector
-from app.pipeline.paste import (
-    MaskShape,
-    PasteBack,
-    PasteConfig,
-    PasteItem,
-    changed_box,
-    crop_region,
-    feather_mask,
-    mask_support,
-)
+from app.pipeline.paste import MaskShape, PasteBack, PasteConfig, PasteItem, crop_region, feather_mask, mask_support
 from app.pipeline.pipeline import FramePipeline, PipelineConfig
 from app.pipeline.swap import PassthroughEngine
 from app.pipeline.types import Image
@@ -124,60 +114,3 @@ def test_scene_builder_places_faces(detector: RetinaFaceDetector, astronaut: Ima
     assert scene.shape == (720, 1280, 3)
     (faces,) = detector.process([scene])
     assert len(faces) == 3
-
-
-def test_changed_box_is_the_box_of_the_pixels_that_differ() -> None:
-    rng = np.random.default_rng(3)
-    target = rng.integers(0, 255, (96, 96, 3), dtype=np.uint8)
-    swapped = target.copy()
-    assert changed_box(swapped, target) == (0, 0, 0, 0)
-    swapped[20, 31, 2] ^= 1  # one channel of one pixel
-    swapped[70, 12, 0] ^= 255
-    assert changed_box(swapped, target) == (12, 20, 32, 71)
-    assert changed_box(swapped[:64, :64], target) is None
-
-
-def test_paste_of_a_changed_box_leaves_the_rest_of_the_frame_and_matches_a_whole_paste_inside() -> None:
-    """A crop that is the frame's own but for a box: outside the box's image the frame is untouched (not warped
-    there and back); inside, the paste is the whole crop's."""
-    rng = np.random.default_rng(4)
-    frame = np.asarray(cv2.GaussianBlur(rng.integers(0, 255, (480, 640, 3), dtype=np.uint8), (0, 0), 1.5), np.uint8)
-    angle, scale = np.deg2rad(-9.0), 288 / 320
-    rotation = scale * np.array([[np.cos(angle), np.sin(angle)], [-np.sin(angle), np.cos(angle)]])
-    matrix = np.hstack([rotation, (np.array([144.0, 144.0]) - rotation @ (300.0, 250.0))[:, None]])
-    target = warp_crop(frame, matrix, 288)
-    swapped = target.copy()
-    swapped[60:250, 50:240] = rng.integers(0, 255, (190, 190, 3), dtype=np.uint8)
-    box = changed_box(swapped, target)
-    assert box == (50, 60, 240, 250)
-    paster = PasteBack(PasteConfig(mask="box", color_strength=0.0))
-    whole = paster.paste(frame, [PasteItem(swapped, matrix, target)])
-    part = paster.paste(frame, [PasteItem(swapped, matrix, target, changed=box)])
-
-    region = crop_region(matrix, 288, frame.shape, box)
-    assert region is not None
-    x0, y0, x1, y1 = region
-    outside = np.ones(frame.shape[:2], bool)
-    outside[y0:y1, x0:x1] = False
-    assert np.array_equal(part[outside], frame[outside])
-    assert not np.array_equal(whole[outside], frame[outside])  # the whole paste did touch it
-    # Frame pixels whose crop position lies 3 px inside the box: as the whole paste, to a grey level.
-    ys, xs = np.mgrid[0:480, 0:640]
-    cx = matrix[0, 0] * xs + matrix[0, 1] * ys + matrix[0, 2]
-    cy = matrix[1, 0] * xs + matrix[1, 1] * ys + matrix[1, 2]
-    inner = (cx >= box[0] + 3) & (cx <= box[2] - 4) & (cy >= box[1] + 3) & (cy <= box[3] - 4)
-    assert inner.sum() > 0.8 * (190 / scale) ** 2
-    assert np.abs(part[inner].astype(np.int16) - whole[inner]).max() <= 1
-    # Between the two, the crop warped back meets the frame: no seam darker or brighter than either.
-    ring = ~inner & ~outside
-    low = np.minimum(whole[ring], frame[ring]).astype(np.int16) - 1
-    high = np.maximum(whole[ring], frame[ring]).astype(np.int16) + 1
-    assert np.all((part[ring] >= low) & (part[ring] <= high))
-
-
-def test_a_crop_left_as_it_was_is_not_pasted() -> None:
-    frame = np.full((240, 320, 3), 90, np.uint8)
-    crop = np.full((128, 128, 3), 90, np.uint8)
-    matrix = np.array([[1.0, 0.0, -50.0], [0.0, 1.0, -40.0]])
-    out = PasteBack(PasteConfig(color_strength=0.0)).paste(frame, [PasteItem(crop, matrix, crop, changed=(0, 0, 0, 0))])
-    assert np.array_equal(out, frame) and out is not frame

@@ -220,14 +220,15 @@ def upsample_box(
         return None
     cols = np.flatnonzero(weight.max(axis=0) > 0)
     factor = size // grid
-    if factor * grid == size:
+    exact = factor >= 1 and factor * grid == size
+    if exact:
         gy0, gy1 = max(0, int(rows[0]) - 1), min(grid, int(rows[-1]) + 2)
         gx0, gx1 = max(0, int(cols[0]) - 1), min(grid, int(cols[-1]) + 2)
-    else:  # no exact block: the whole upsample, cut to the box below
+    else:  # no exact block: the whole upsample, cut to the box below (its offsets are then crop pixels)
         gy0, gy1, gx0, gx1, factor = 0, size, 0, size, 1
 
     def up(plane: FloatMap) -> FloatMap:
-        block = plane[gy0:gy1, gx0:gx1] if factor > 1 else plane
+        block = plane[gy0:gy1, gx0:gx1] if exact else plane
         dsize = ((gx1 - gx0) * factor, (gy1 - gy0) * factor)
         return np.asarray(cv2.resize(block, dsize, interpolation=cv2.INTER_LINEAR), np.float32)
 

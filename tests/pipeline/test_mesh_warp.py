@@ -143,10 +143,10 @@ def test_a_mesh_config_without_colour_transfer_blends_the_warped_face_as_it_is(
     assert np.any(out != target) and np.any(out != coloured)
 
 
-@pytest.mark.parametrize(("grid", "size"), [(144, 288), (96, 288), (100, 288)])
+@pytest.mark.parametrize(("grid", "size"), [(144, 288), (96, 288), (100, 288), (144, 144), (144, 100)])
 def test_the_boxed_upsample_is_the_whole_upsample_over_the_weights_box(grid: int, size: int) -> None:
-    """Value for value where the weight is non-zero, and nothing non-zero left out; 100 → 288 is no whole
-    factor (the whole upsample, cut to the box)."""
+    """Value for value where the weight is non-zero, and nothing non-zero left out; 100 → 288 and 144 → 100 are
+    no whole factor (the whole resize, cut to the box)."""
     rng = np.random.default_rng(5)
     weight = np.zeros((grid, grid), np.float32)
     weight[grid // 5 : grid * 3 // 4, grid // 4 : grid * 2 // 3] = rng.random((1, 1), np.float32) + 0.1
@@ -163,5 +163,5 @@ def test_the_boxed_upsample_is_the_whole_upsample_over_the_weights_box(grid: int
     whole = upsample(weight, size)
     rows, cols = np.flatnonzero(whole.max(axis=1) > 0), np.flatnonzero(whole.max(axis=0) > 0)
     assert (y0, y1, x0, x1) == (rows[0], rows[-1] + 1, cols[0], cols[-1] + 1)
-    assert (y1 - y0) * (x1 - x0) < 0.6 * size * size
+    assert (y1 - y0) * (x1 - x0) < 0.65 * size * size
     assert upsample_box(np.zeros((grid, grid), np.float32), others, size) is None
